@@ -1,0 +1,91 @@
+"""The `kernelflow` command line: tasks, prompt, eval, serve.
+
+    kernelflow tasks                       list task ids, groups and shapes
+    kernelflow prompt TASK_ID              print the prompt a model sees
+    kernelflow eval TASK_ID FILE [...]     judge a submission (see `kernelflow eval -h`)
+    kernelflow serve [--host --port]       run the OpenEnv environment server
+
+Usage errors (unknown task id, unreadable file) exit with status 2 and a message on stderr; `eval
+--json` prints exactly one verdict on stdout and exits 0 whenever a verdict exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from kernelflow.tasks import GROUPS, TASKS, build_prompt_text, get_task
+
+
+def _cmd_tasks(args: argparse.Namespace) -> int:
+    if args.json:
+        print(json.dumps([t.to_dict() for t in TASKS.values()], indent=2))
+        return 0
+    for group in GROUPS:
+        print(f"{group}:")
+        for task in TASKS.values():
+            if task.group == group:
+                small, full = task.shape("small"), task.shape("full")
+                print(f"  {task.task_id:<18} small {'x'.join(map(str, small)):<10} full {'x'.join(map(str, full))}")
+    return 0
+
+
+def _cmd_prompt(args: argparse.Namespace) -> int:
+    print(build_prompt_text(get_task(args.task_id)))
+    return 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from kernelflow.eval.cli import run_eval
+
+    return run_eval(args)
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from kernelflow.env.server.app import serve
+
+    return serve(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kernelflow", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("tasks", help="list the task suite")
+    p.add_argument("--json", action="store_true", help="print the full metadata as JSON")
+    p.set_defaults(func=_cmd_tasks)
+
+    p = sub.add_parser("prompt", help="print the prompt for a task")
+    p.add_argument("task_id")
+    p.set_defaults(func=_cmd_prompt)
+
+    p = sub.add_parser("eval", help="judge one submission file")
+    p.add_argument("task_id")
+    p.add_argument("file", help="the submission: a Python module or a model answer holding one")
+    p.add_argument("--shape", choices=["small", "full"], default=None, help="shape profile (default: small)")
+    p.add_argument("--backend", choices=["auto", "cuda", "interpret"], default="auto")
+    p.add_argument("--seeds", type=int, default=None, help="number of input seeds for correctness")
+    p.add_argument("--json", action="store_true", help="print exactly one JSON verdict on stdout")
+    p.set_defaults(func=_cmd_eval)
+
+    p = sub.add_parser("serve", help="run the OpenEnv environment server")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--config", default=None, help="a JSON file of server settings (EnvServerConfig fields)")
+    p.set_defaults(func=_cmd_serve)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except KeyError as exc:  # unknown task id
+        print(f"kernelflow: {exc.args[0]}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

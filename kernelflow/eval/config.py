@@ -1,0 +1,108 @@
+"""Evaluator and reward settings: plain typed dataclasses that check their own invariants.
+
+`EvalConfig` says how a submission is judged (backend, shape profile, seeds, timing, limits);
+`RewardConfig` holds the reward constants. `config_hash()` fingerprints both, so a flow can refuse
+a remote environment server whose judging differs from its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+BACKENDS = ("auto", "cuda", "interpret")
+TOLERANCE_MODES = ("task", "kernelbench")
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """The pilot's reward: 0 if incorrect, else correct_bonus + speed_weight * min(t_min / t_kernel, 1)."""
+
+    correct_bonus: float = 0.3
+    speed_weight: float = 2.7
+
+    def __post_init__(self) -> None:
+        if self.correct_bonus < 0 or self.speed_weight < 0:
+            raise ValueError(
+                f"reward constants must be >= 0 (correct_bonus={self.correct_bonus}, speed_weight={self.speed_weight})"
+            )
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """How one submission is judged.
+
+    Seeds: the correctness calls use `seeds` consecutive seeds from `base_seed` (an episode's seed
+    moves `base_seed`); the odd shape and the repeat (determinism) call follow; then `timed_runs`
+    further calls, each on fresh inputs and each checked. Every call is timed and checked the same
+    way, so the candidate cannot tell checking from timing; the first `warmup_calls` are excluded
+    from the reported median (they include compilation and autotuning).
+    """
+
+    backend: str = "auto"
+    shape: str = "small"
+    seeds: int = 3
+    base_seed: int = 0
+    distribution: str | None = None  # None: the task's own
+    tolerance_mode: str = "task"
+    check_odd_shape: bool = True
+    check_determinism: bool = True
+    static_checks: bool = True  # False only to test the runtime defences behind them
+    timed_runs: int = 20
+    warmup_calls: int = 2
+    timeout_s: float = 180.0
+    memory_limit_mb: int = 8192  # address-space cap for interpret workers (CUDA needs a huge VA space)
+    output_limit_mb: int = 16  # cap on a worker's stdout+stderr file (RLIMIT_FSIZE)
+    max_workers: int = 2
+    device_index: int = 0
+    l2_flush_mb: int = 256
+    impossible_factor: float = 0.9  # a time under factor * bytes / datasheet bandwidth is impossible
+    feedback_max_chars: int = 2000
+    cache_dir: str | None = None  # calibration and lock files; None: ~/.cache/kernelflow
+    reward: RewardConfig = field(default_factory=RewardConfig)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.reward, dict):  # built from JSON or YAML
+            object.__setattr__(self, "reward", RewardConfig(**self.reward))
+        problems = []
+        if self.backend not in BACKENDS:
+            problems.append(f"backend={self.backend!r} (choose one of {BACKENDS})")
+        if self.shape not in ("small", "full"):
+            problems.append(f"shape={self.shape!r} (choose 'small' or 'full')")
+        if self.tolerance_mode not in TOLERANCE_MODES:
+            problems.append(f"tolerance_mode={self.tolerance_mode!r} (choose one of {TOLERANCE_MODES})")
+        if self.distribution not in (None, "signed_wide", "kernelbench"):
+            problems.append(f"distribution={self.distribution!r} (choose null, 'signed_wide' or 'kernelbench')")
+        if self.seeds < 1:
+            problems.append(f"seeds={self.seeds} (need at least 1)")
+        if self.timed_runs < 1:
+            problems.append(f"timed_runs={self.timed_runs} (need at least 1)")
+        if self.warmup_calls < 0:
+            problems.append(f"warmup_calls={self.warmup_calls} (must be >= 0)")
+        if self.timeout_s <= 0:
+            problems.append(f"timeout_s={self.timeout_s} (must be > 0)")
+        if self.max_workers < 1:
+            problems.append(f"max_workers={self.max_workers} (need at least 1)")
+        if not 0 < self.impossible_factor <= 1:
+            problems.append(f"impossible_factor={self.impossible_factor} (must be in (0, 1])")
+        if self.memory_limit_mb < 256:
+            problems.append(f"memory_limit_mb={self.memory_limit_mb} (need at least 256)")
+        if problems:
+            raise ValueError("invalid EvalConfig: " + "; ".join(problems))
+
+    def seed_list(self) -> list[int]:
+        return [self.base_seed + i for i in range(self.seeds)]
+
+    def judging_dict(self) -> dict:
+        """The settings that change a verdict (not pool sizes or paths): what `config_hash` covers."""
+        d = asdict(self)
+        for k in ("max_workers", "cache_dir", "base_seed", "device_index"):
+            d.pop(k)
+        return d
+
+
+def config_hash(config: EvalConfig, evaluator_version: str) -> str:
+    """sha256 of the judging settings, the reward constants and the evaluator version."""
+    payload = json.dumps({"eval": config.judging_dict(), "version": evaluator_version}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()

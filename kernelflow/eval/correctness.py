@@ -1,0 +1,93 @@
+"""Output checks against a float64 reference: the comparison every correctness decision uses.
+
+`compare(out, ref, tolerance)` says whether `out` is within |out - ref| <= atol + rtol * |ref| at
+every element, NaN/Inf included, and summarises the mismatch (max abs error, worst violation, where,
+NaN/Inf counts) for the model's feedback. It works in row chunks, so a 6.4 GB output is compared
+without a second full-size float64 temporary. It runs in the judging process, never in the worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kernelflow.tasks import Tolerance
+
+_CHUNK_ELEMS = 1 << 26  # 64M elements per chunk: 512 MB of float64 temporaries
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    """Outcome of one comparison; `violation` is max |out - ref| / (atol + rtol |ref|) (<= 1 passes)."""
+
+    passed: bool
+    max_abs_err: float
+    violation: float
+    worst_index: tuple[int, ...] | None
+    worst_out: float | None
+    worst_ref: float | None
+    nan_count: int
+    inf_count: int
+    numel: int
+
+    def summary(self) -> str:
+        if self.passed:
+            return f"max abs error {self.max_abs_err:.3g} (within tolerance)"
+        where = ""
+        if self.worst_index is not None:
+            where = f"; worst at index {list(self.worst_index)}: got {self.worst_out:.6g}, expected {self.worst_ref:.6g}"
+        bad = f"; {self.nan_count} NaN and {self.inf_count} Inf where the reference is finite" if (
+            self.nan_count or self.inf_count) else ""
+        return f"max abs error {self.max_abs_err:.3g}, {self.violation:.3g}x the tolerance{where}{bad}"
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor, tolerance: Tolerance) -> CompareResult:
+    """Compare `out` (any float dtype) to `ref` (ideally float64) of the same shape and device."""
+    if tuple(out.shape) != tuple(ref.shape):
+        raise ValueError(f"shape mismatch: output {tuple(out.shape)} vs reference {tuple(ref.shape)}")
+    flat_out, flat_ref = out.reshape(-1), ref.reshape(-1)
+    n = flat_out.numel()
+    max_abs, worst_v, worst_i = 0.0, 0.0, None
+    nan_count = inf_count = 0
+    for start in range(0, n, _CHUNK_ELEMS):
+        o = flat_out[start:start + _CHUNK_ELEMS].to(torch.float64)
+        r = flat_ref[start:start + _CHUNK_ELEMS].to(torch.float64)
+        finite_ref = torch.isfinite(r)
+        nan_count += int((torch.isnan(o) & finite_ref).sum())
+        inf_count += int((torch.isinf(o) & finite_ref).sum())
+        err = (o - r).abs()
+        # Where the reference itself is inf/nan, demand the same value (inf - inf is nan otherwise).
+        same_nonfinite = ~finite_ref & ((o == r) | (torch.isnan(o) & torch.isnan(r)))
+        err = torch.where(same_nonfinite, torch.zeros_like(err), err)
+        err = torch.nan_to_num(err, nan=float("inf"), posinf=float("inf"))
+        bound = tolerance.atol + tolerance.rtol * torch.nan_to_num(r.abs(), nan=0.0, posinf=0.0)
+        v = err / bound
+        chunk_max_abs = float(err.max()) if err.numel() else 0.0
+        max_abs = max(max_abs, chunk_max_abs)
+        if v.numel():
+            i = int(torch.argmax(v))
+            vi = float(v[i])
+            if worst_i is None or vi > worst_v:
+                worst_v, worst_i = vi, start + i
+    passed = worst_v <= 1.0 and nan_count == 0 and inf_count == 0
+    if worst_i is None:
+        return CompareResult(True, 0.0, 0.0, None, None, None, 0, 0, n)
+    index = tuple(int(k) for k in torch.unravel_index(torch.tensor(worst_i), tuple(out.shape)))
+    return CompareResult(
+        passed=passed,
+        max_abs_err=max_abs,
+        violation=worst_v,
+        worst_index=index,
+        worst_out=float(flat_out[worst_i]),
+        worst_ref=float(flat_ref[worst_i]),
+        nan_count=nan_count,
+        inf_count=inf_count,
+        numel=n,
+    )
+
+
+def reference_output(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The task's reference forward in float64 on `x`'s device (inputs upcast, never modified)."""
+    with torch.no_grad():
+        return module.to(torch.float64)(x.to(torch.float64))

@@ -1,0 +1,43 @@
+"""The task suite: KernelBench-format reference modules with evaluation metadata, and prompts.
+
+Public API: `Task`, `get_task`, `task_ids`, `TASKS`, `GROUPS`, `suite_hash`, `generate_input`,
+`build_messages`, `build_prompt_text`, `feedback_message`, `extract_code`. This layer imports only the
+standard library and torch.
+"""
+
+from kernelflow.tasks.inputs import generate_input
+from kernelflow.tasks.prompts import (
+    build_messages,
+    build_prompt_text,
+    extract_code,
+    feedback_message,
+)
+from kernelflow.tasks.spec import (
+    DISTRIBUTIONS,
+    KERNELBENCH_TOLERANCE,
+    SHAPE_PROFILES,
+    ShapeProfile,
+    Task,
+    Tolerance,
+)
+from kernelflow.tasks.suite import GROUPS, KERNELBENCH_REVISION, TASKS, get_task, suite_hash, task_ids
+
+__all__ = [
+    "DISTRIBUTIONS",
+    "GROUPS",
+    "KERNELBENCH_REVISION",
+    "KERNELBENCH_TOLERANCE",
+    "SHAPE_PROFILES",
+    "TASKS",
+    "ShapeProfile",
+    "Task",
+    "Tolerance",
+    "build_messages",
+    "build_prompt_text",
+    "extract_code",
+    "feedback_message",
+    "generate_input",
+    "get_task",
+    "suite_hash",
+    "task_ids",
+]

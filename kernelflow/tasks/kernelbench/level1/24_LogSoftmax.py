@@ -1,0 +1,27 @@
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Applies LogSoftmax over a given dimension (default 1)."""
+
+    def __init__(self, dim: int = 1):
+        super(Model, self).__init__()
+        self.dim = dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Returns log_softmax(x, dim=self.dim), same shape as x."""
+        return torch.log_softmax(x, dim=self.dim)
+
+
+batch_size = 4096
+dim = 393216
+
+
+def get_inputs():
+    x = torch.rand(batch_size, dim)
+    return [x]
+
+
+def get_init_inputs():
+    return []  # No special initialization inputs needed

@@ -1,0 +1,96 @@
+"""The pilot's ten KernelBench level-1 tasks, with the metadata the evaluator needs.
+
+Task ids are KernelBench's file stems at revision `KERNELBENCH_REVISION`; the reference modules in
+`kernelbench/level1/` compute what that revision computes at its shapes. Adding a task is adding its
+reference module there plus one `Task(...)` entry below.
+
+Tolerances (checked against a float64 reference, |out - ref| <= atol + rtol * |ref|):
+- piecewise-linear ops are exact in fp32, so they get a tight bound;
+- transcendental ops allow for approximate exp/tanh in Triton (relative error ~1e-6);
+- softmax has outputs near 2.5e-6 at full shape, so its atol is 1e-9 (all zeros must fail);
+- MinGPT GELU allows the erf form of GELU (up to 4.7e-4 from the tanh form; the pilot counted it
+  correct) with atol = rtol = 1e-3, which still rejects a bf16 downcast.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from kernelflow.tasks.spec import ShapeProfile, Task, Tolerance
+
+KERNELBENCH_REVISION = "423217d9fda91e0c2d67e4a43bf62f96f6d104f1"
+GROUPS = ("train", "reserved", "heldout")
+_LEVEL1 = Path(__file__).parent / "kernelbench" / "level1"
+
+# fp32 unary ops read one float and write one float per element.
+_UNARY_FP32_BYTES = 8.0
+_WIDE = {
+    "small": ShapeProfile(shape=(16, 4099), odd_shape=(3, 1037)),
+    "full": ShapeProfile(shape=(4096, 393216), odd_shape=(3, 393217)),
+}
+_GELU_SHAPES = {
+    "small": ShapeProfile(shape=(16, 4099), odd_shape=(3, 1037)),
+    "full": ShapeProfile(shape=(8192, 8192), odd_shape=(5, 8193)),
+}
+_EXACT = Tolerance(atol=1e-6, rtol=1e-6)
+_TRANSCENDENTAL = Tolerance(atol=1e-5, rtol=1e-4)
+
+
+def _task(task_id: str, group: str, flops: float, tol: Tolerance, description: str, shapes=None, **kw) -> Task:
+    return Task(
+        task_id=task_id,
+        group=group,
+        source_path=_LEVEL1 / f"{task_id}.py",
+        profiles=shapes or _WIDE,
+        tolerance=tol,
+        bytes_per_element=_UNARY_FP32_BYTES,
+        flops_per_element=flops,
+        description=description,
+        **kw,
+    )
+
+
+TASKS: dict[str, Task] = {
+    t.task_id: t
+    for t in [
+        _task("19_ReLU", "train", 1, _EXACT, "max(x, 0)"),
+        _task("20_LeakyReLU", "train", 2, _EXACT, "x if x > 0 else 0.01 * x"),
+        _task("21_Sigmoid", "train", 4, _TRANSCENDENTAL, "1 / (1 + exp(-x))"),
+        _task("22_Tanh", "train", 6, _TRANSCENDENTAL, "tanh(x)"),
+        _task("25_Swish", "reserved", 5, _TRANSCENDENTAL, "x * sigmoid(x)"),
+        _task("28_HardSigmoid", "reserved", 4, _EXACT, "clamp(x / 6 + 1/2, 0, 1)"),
+        _task("32_HardTanh", "reserved", 2, _EXACT, "clamp(x, -1, 1)"),
+        _task("23_Softmax", "heldout", 5, Tolerance(atol=1e-9, rtol=1e-4), "softmax over dim 1"),
+        _task("24_LogSoftmax", "heldout", 5, Tolerance(atol=1e-5, rtol=1e-5), "log_softmax over dim 1"),
+        _task(
+            "88_MinGPTNewGelu", "heldout", 12, Tolerance(atol=1e-3, rtol=1e-3),
+            "0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))", shapes=_GELU_SHAPES,
+        ),
+    ]
+}
+
+
+def get_task(task_id: str) -> Task:
+    """The task with this id; a KeyError lists the known ids."""
+    try:
+        return TASKS[task_id]
+    except KeyError:
+        raise KeyError(f"unknown task id {task_id!r}; known ids: {', '.join(TASKS)}") from None
+
+
+def task_ids(group: str | None = None) -> list[str]:
+    """Task ids in suite order, optionally only those of one group (train, reserved, heldout)."""
+    if group is not None and group not in GROUPS:
+        raise ValueError(f"unknown task group {group!r}; choose one of {GROUPS}")
+    return [t.task_id for t in TASKS.values() if group is None or t.group == group]
+
+
+def suite_hash() -> str:
+    """sha256 over every task's metadata and reference source: changes whenever the suite does."""
+    h = hashlib.sha256(KERNELBENCH_REVISION.encode())
+    for task in TASKS.values():
+        h.update(json.dumps(task.to_dict(), sort_keys=True).encode())
+        h.update(task.source.encode())
+    return h.hexdigest()

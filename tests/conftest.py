@@ -1,0 +1,26 @@
+"""Test-wide settings: the one `gpu` gate, offline hubs, and the Triton interpreter on CPU-only hosts.
+
+TRITON_INTERPRET must be set before `@triton.jit` decorates anything, so it is set here, before any
+test module imports a kernel. Evaluator workers get it through their own environment instead.
+"""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+HAS_CUDA = torch.cuda.is_available()
+if not HAS_CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def pytest_collection_modifyitems(config, items):
+    if HAS_CUDA:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (run `pytest -m gpu` on a GPU host)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
