@@ -36,8 +36,8 @@ class EvalConfig:
     Seeds: the correctness calls use `seeds` consecutive seeds from `base_seed` (an episode's seed
     moves `base_seed`); the odd shape and the repeat (determinism) call follow; then `timed_runs`
     further calls, each on fresh inputs and each checked. Every call is timed and checked the same
-    way, so the candidate cannot tell checking from timing; the first `warmup_calls` are excluded
-    from the reported median (they include compilation and autotuning).
+    way, so the candidate cannot tell checking from timing; the reported median is over the last
+    `timed_runs` calls, so the earlier calls are the warm-up (compilation and autotuning).
     """
 
     backend: str = "auto"
@@ -50,7 +50,6 @@ class EvalConfig:
     check_determinism: bool = True
     static_checks: bool = True  # False only to test the runtime defences behind them
     timed_runs: int = 20
-    warmup_calls: int = 2
     timeout_s: float = 180.0
     memory_limit_mb: int = 8192  # address-space cap for interpret workers (CUDA needs a huge VA space)
     output_limit_mb: int = 16  # cap on a worker's stdout+stderr file (RLIMIT_FSIZE)
@@ -78,8 +77,6 @@ class EvalConfig:
             problems.append(f"seeds={self.seeds} (need at least 1)")
         if self.timed_runs < 1:
             problems.append(f"timed_runs={self.timed_runs} (need at least 1)")
-        if self.warmup_calls < 0:
-            problems.append(f"warmup_calls={self.warmup_calls} (must be >= 0)")
         if self.timeout_s <= 0:
             problems.append(f"timeout_s={self.timeout_s} (must be > 0)")
         if self.max_workers < 1:

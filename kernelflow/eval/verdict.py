@@ -10,11 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field, fields
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 
-class Status(str, Enum):
+class Status(StrEnum):
     """What happened to a submission. Only `ok` is correct; every other status earns reward 0."""
 
     NO_CODE = "no_code"  # the answer held no code block / no parsable module

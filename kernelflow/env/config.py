@@ -1,0 +1,110 @@
+"""Settings of the environment server: episode shape, discounting, capacity, limits and access.
+
+`EnvServerConfig` wraps the evaluator's `EvalConfig` (how a submission is judged) with what the
+server adds: turns per episode, the discount of the returns, the number of concurrent sessions, the
+largest submission it accepts, the idle-session timeout and the access token. It checks its own
+invariants; it does not start anything (see `server/app.py` and `server/launch.py`).
+
+JSON form (the `--config` file of `kernelflow serve`): the dataclass fields, with `eval` as a nested
+object of `EvalConfig` fields, e.g. `{"max_turns": 2, "eval": {"backend": "interpret", "shape": "small"}}`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from kernelflow.env.models import TOKEN_ENV_VAR
+from kernelflow.eval import EvalConfig
+
+MIN_TOKEN_CHARS = 16
+
+
+@dataclass(frozen=True)
+class EnvServerConfig:
+    """What the environment server does around the evaluator (see the module docstring)."""
+
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    max_turns: int = 2  # submissions per episode
+    gamma: float = 0.4  # discount of the per-turn returns (episode return = r1 + gamma * r2)
+    stop_on_correct: bool = False  # end the episode at the first correct turn
+    max_sessions: int = 16  # concurrent WebSocket sessions; at least the trainer's generation batch
+    max_code_chars: int = 100_000  # longest answer accepted by `step`
+    token: str | None = field(default=None, repr=False)  # access token clients must present
+    session_timeout_s: float = 3600.0  # an idle session is closed after this long
+
+    def __post_init__(self) -> None:
+        if isinstance(self.eval, dict):  # built from JSON or YAML
+            object.__setattr__(self, "eval", EvalConfig(**self.eval))
+        problems = []
+        if not isinstance(self.eval, EvalConfig):
+            problems.append(f"eval={self.eval!r} (must be an EvalConfig or a dict of its fields)")
+        if isinstance(self.max_turns, bool) or not isinstance(self.max_turns, int) or self.max_turns < 1:
+            problems.append(f"max_turns={self.max_turns!r} (need an int >= 1)")
+        if not isinstance(self.gamma, (int, float)) or not math.isfinite(self.gamma) or not 0 <= self.gamma <= 1:
+            problems.append(f"gamma={self.gamma!r} (must be in [0, 1])")
+        if not isinstance(self.stop_on_correct, bool):
+            problems.append(f"stop_on_correct={self.stop_on_correct!r} (must be true or false)")
+        if isinstance(self.max_sessions, bool) or not isinstance(self.max_sessions, int) or self.max_sessions < 1:
+            problems.append(f"max_sessions={self.max_sessions!r} (need an int >= 1)")
+        if isinstance(self.max_code_chars, bool) or not isinstance(self.max_code_chars, int) or self.max_code_chars < 1:
+            problems.append(f"max_code_chars={self.max_code_chars!r} (need an int >= 1)")
+        if self.token is not None and (not isinstance(self.token, str) or len(self.token) < MIN_TOKEN_CHARS):
+            problems.append(
+                f"token (a {type(self.token).__name__} of length {len(self.token) if isinstance(self.token, str) else '?'})"
+                f" must be a string of at least {MIN_TOKEN_CHARS} characters, e.g. from `openssl rand -hex 16`"
+            )
+        if (
+            not isinstance(self.session_timeout_s, (int, float))
+            or not math.isfinite(self.session_timeout_s)
+            or self.session_timeout_s <= 0
+        ):
+            problems.append(f"session_timeout_s={self.session_timeout_s!r} (must be > 0)")
+        if problems:
+            raise ValueError("invalid EnvServerConfig: " + "; ".join(problems))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EnvServerConfig:
+        """Build from a JSON-style dict; unknown keys are an error (to catch typos)."""
+        if not isinstance(data, dict):
+            raise ValueError(f"an EnvServerConfig must be a JSON object, got {type(data).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown EnvServerConfig keys {unknown}; known keys: {sorted(known)}")
+        return cls(**data)
+
+    @classmethod
+    def from_json_file(cls, path: str | os.PathLike) -> EnvServerConfig:
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise ValueError(f"cannot read the server config {path}: {exc}") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"the server config {path} is not valid JSON: {exc}") from None
+        return cls.from_dict(data)
+
+    def with_env_token(self) -> EnvServerConfig:
+        """This config, with the token taken from $KERNELFLOW_ENV_TOKEN when none is set here."""
+        if self.token is None and os.environ.get(TOKEN_ENV_VAR):
+            return replace(self, token=os.environ[TOKEN_ENV_VAR])
+        return self
+
+    def to_dict(self, include_token: bool = False) -> dict[str, Any]:
+        """JSON-friendly form (`from_dict` reads it back); the token is left out unless asked for."""
+        data = asdict(self)
+        if not include_token:
+            data.pop("token")
+        return data
+
+    def worst_case_step_s(self) -> float:
+        """An upper bound on one step's wall time: every session queued on the pool, each evaluation
+        running to its timeout. Clients should wait at least this long for a step."""
+        rounds = math.ceil(self.max_sessions / self.eval.max_workers)
+        return rounds * self.eval.timeout_s

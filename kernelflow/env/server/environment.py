@@ -1,0 +1,227 @@
+"""The kernel-writing environment: one multi-turn episode per WebSocket session.
+
+`reset(task_id=..., seed=..., shape=...)` starts an episode and returns the task prompt. Each `step`
+judges one submission through the shared `kernelflow.eval.Evaluator` (a bounded worker pool and a
+per-GPU timing lock, shared by every session of the server) and returns its verdict, feedback and
+reward. An episode allows `max_turns` submissions and is done after the last one, or after the first
+correct one when `stop_on_correct` is set. The step reward is the evaluator's, read through
+`VerdictRewardRubric`; the per-turn returns come from `kernelflow.env.returns` and are put into the
+final observation and the state.
+
+Bad input raises an exception with a clear message; OpenEnv's server turns it into an error frame
+and keeps the session usable (the episode is unchanged). An evaluation runs to completion even when
+its client has gone: the evaluator bounds it by its own timeout, so its worker slot always returns.
+
+This module does not serve anything (see `app.py`) and does not judge code (the evaluator does).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from typing import Any, Protocol
+
+from openenv.core.env_server.interfaces import Environment
+from openenv.core.env_server.types import EnvironmentMetadata
+
+from kernelflow.env.config import EnvServerConfig
+from kernelflow.env.models import KernelAction, KernelObservation, KernelState
+from kernelflow.env.returns import episode_return, per_turn_returns
+from kernelflow.env.server.rubric import VerdictRewardRubric
+from kernelflow.tasks import SHAPE_PROFILES, TASKS, build_messages, build_prompt_text
+
+log = logging.getLogger(__name__)
+
+MAX_SEED = 2**63 - 1
+RESET_ARGS = ("task_id", "seed", "shape", "episode_id")
+
+
+class EvaluatorLike(Protocol):
+    """What the environment needs from `kernelflow.eval.Evaluator` (a fake satisfies it in tests)."""
+
+    def evaluate(self, task_id: str, answer_text: str, *, seed: int, shape: str) -> Any: ...
+
+    def info(self) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+class EnvInputError(ValueError):
+    """A client sent something the environment cannot act on; the message says what and what to do."""
+
+
+class KernelEnvironment(Environment[KernelAction, KernelObservation, KernelState]):
+    """One session's episodes (see the module docstring).
+
+    `evaluator`: the server-wide evaluator; when None, this environment builds its own from
+    `config.eval` and closes it in `close()` (convenient in process, wasteful per session).
+    """
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self, config: EnvServerConfig | None = None, evaluator: EvaluatorLike | None = None):
+        super().__init__(rubric=VerdictRewardRubric())
+        self.config = config or EnvServerConfig()
+        self._owns_evaluator = evaluator is None
+        if evaluator is None:
+            from kernelflow.eval import Evaluator
+
+            evaluator = Evaluator(self.config.eval)
+        self._evaluator = evaluator
+        # The server reads `state` on its event loop while a step may run in the session's thread.
+        self._lock = threading.Lock()
+        self._state = KernelState(max_turns=self.config.max_turns)
+        self._started = False
+        self._closed = False
+
+    # -- OpenEnv API -------------------------------------------------------------------------------
+
+    def reset(
+        self,
+        seed: int | None = None,
+        episode_id: str | None = None,
+        task_id: str | None = None,
+        shape: str | None = None,
+        **kwargs: Any,
+    ) -> KernelObservation:
+        """Start an episode of `task_id`; `seed` drives the evaluation inputs, `shape` the shape profile."""
+        self._check_open()
+        if kwargs:
+            raise EnvInputError(
+                f"reset got unknown arguments {sorted(kwargs)}; it accepts {', '.join(RESET_ARGS)}"
+            )
+        if task_id is None:
+            raise EnvInputError(f"reset needs task_id, one of: {', '.join(TASKS)}")
+        if not isinstance(task_id, str) or task_id not in TASKS:
+            raise EnvInputError(f"unknown task_id {task_id!r}; known task ids: {', '.join(TASKS)}")
+        seed = 0 if seed is None else seed
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+            raise EnvInputError(f"seed {seed!r} must be an integer in [0, 2**63 - 1]")
+        shape = self.config.eval.shape if shape is None else shape
+        if shape not in SHAPE_PROFILES:
+            raise EnvInputError(f"unknown shape {shape!r}; choose one of {', '.join(SHAPE_PROFILES)}")
+        if episode_id is not None and not isinstance(episode_id, str):
+            raise EnvInputError(f"episode_id {episode_id!r} must be a string")
+
+        task = TASKS[task_id]
+        self._reset_rubric()
+        with self._lock:
+            self._state = KernelState(
+                episode_id=episode_id or uuid.uuid4().hex,
+                step_count=0,
+                task_id=task_id,
+                seed=seed,
+                shape=shape,
+                turn=0,
+                max_turns=self.config.max_turns,
+            )
+            self._started = True
+        return KernelObservation(
+            prompt=build_prompt_text(task),
+            messages=build_messages(task),
+            task_id=task_id,
+            turn=0,
+            max_turns=self.config.max_turns,
+            rewards=[],
+            done=False,
+            reward=None,
+        )
+
+    def step(self, action: KernelAction, timeout_s: float | None = None, **kwargs: Any) -> KernelObservation:
+        """Judge one submission; the evaluator's own timeout bounds it (`timeout_s` is not used)."""
+        self._check_open()
+        with self._lock:
+            if not self._started:
+                raise EnvInputError("step before reset: send reset(task_id=...) to start an episode first")
+            if self._state.done:
+                raise EnvInputError(
+                    f"the episode is done after {self._state.turn} of {self._state.max_turns} turns; "
+                    "send reset(task_id=...) to start a new one"
+                )
+            episode = self._state
+            task_id, seed, shape = episode.task_id, episode.seed, episode.shape
+        code = getattr(action, "code", None)
+        if not isinstance(code, str):
+            raise EnvInputError(f"action.code must be a string, got {type(code).__name__}")
+        if len(code) > self.config.max_code_chars:
+            raise EnvInputError(
+                f"the submission is {len(code)} characters, over this server's limit of "
+                f"{self.config.max_code_chars} (max_code_chars); submit the module alone, without long comments"
+            )
+
+        # Outside the lock: an evaluation takes seconds to minutes.
+        verdict = self._evaluator.evaluate(task_id, code, seed=seed, shape=shape)
+        vdict = verdict.to_dict()
+
+        obs = KernelObservation(
+            task_id=task_id,
+            max_turns=self.config.max_turns,
+            status=verdict.status,
+            compiled=verdict.compiled,
+            correct=verdict.correct,
+            runtime_ms=verdict.runtime_ms,
+            t_min_ms=verdict.t_min_ms,
+            roofline_fraction=verdict.roofline_fraction,
+            speedup_vs_eager=verdict.speedup_vs_eager,
+            feedback=verdict.feedback,
+            verdict=vdict,
+        )
+        reward = self._apply_rubric(action, obs)
+
+        with self._lock:
+            state = self._state
+            if state is not episode or state.done:  # a reset raced this step (cannot happen over one socket)
+                raise EnvInputError("the episode changed while this submission was judged; its verdict was dropped")
+            state.turn += 1
+            state.step_count += 1
+            state.verdicts.append(vdict)
+            state.rewards.append(reward)
+            done = state.turn >= state.max_turns or (self.config.stop_on_correct and bool(verdict.correct))
+            if done:
+                state.returns = per_turn_returns(state.rewards, self.config.gamma)
+                state.episode_return = episode_return(state.rewards, self.config.gamma)
+                state.done = True
+            obs.turn = state.turn
+            obs.rewards = list(state.rewards)
+            obs.returns = list(state.returns) if done else None
+            obs.episode_return = state.episode_return if done else None
+        obs.reward = reward
+        obs.done = done
+        return obs
+
+    @property
+    def state(self) -> KernelState:
+        with self._lock:
+            return self._state.model_copy(deep=True)
+
+    def get_metadata(self) -> EnvironmentMetadata:
+        return EnvironmentMetadata(
+            name="kernelflow",
+            description=(
+                "Write a Triton kernel for a KernelBench task; each step judges one submission "
+                f"(max_turns={self.config.max_turns}, gamma={self.config.gamma})."
+            ),
+            version=_kernelflow_version(),
+        )
+
+    def close(self) -> None:
+        """End this session; the shared evaluator stays open (the server closes it on shutdown)."""
+        self._closed = True
+        if self._owns_evaluator:
+            self._evaluator.close()
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EnvInputError(
+                "this session was closed (idle longer than the server's session_timeout_s, or shut down); "
+                "open a new connection"
+            )
+
+
+def _kernelflow_version() -> str:
+    from kernelflow import __version__
+
+    return __version__

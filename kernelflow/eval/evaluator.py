@@ -1,0 +1,223 @@
+"""evaluate(task, answer, config) -> Verdict: the evaluator's front door.
+
+`Evaluator` holds what outlives one submission: the bounded worker pool (a semaphore; many
+concurrent requests queue instead of exhausting memory), the device calibration, and cached eager
+timings. Per submission it extracts the code, runs the static checks, and, if they pass, a
+`JudgeSession` with a fresh worker; then it turns the outcome into one `Verdict` with its reward
+and feedback. Whatever the submission does, exactly one verdict comes back; `evaluate` never raises
+for submitted code (an evaluator fault becomes status `evaluator_error`).
+
+It does not compare outputs or run submissions itself (`session.py`, `worker.py`), and holds no
+formula but the call to `compute_reward`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import threading
+import time
+import traceback
+from contextlib import contextmanager, nullcontext
+
+import torch
+
+import kernelflow
+from kernelflow.eval.config import EvalConfig, config_hash
+from kernelflow.eval.feedback import build_feedback
+from kernelflow.eval.reward import compute_reward, roofline_fraction
+from kernelflow.eval.roofline import Calibration, calibrate
+from kernelflow.eval.session import JudgeSession, SessionOutcome
+from kernelflow.eval.static_checks import first_failure, run_static_checks
+from kernelflow.eval.timing import TimingResult, device_lock, time_cuda
+from kernelflow.eval.verdict import Check, Status, Verdict, WallTime, code_sha256
+from kernelflow.tasks import Task, extract_code, generate_input, get_task
+
+EVALUATOR_VERSION = f"{kernelflow.__version__}+eval.1"
+
+
+def resolve_backend(backend: str) -> str:
+    """'auto' -> 'cuda' when a GPU is visible, else 'interpret'; 'cuda' without a GPU is an error."""
+    if backend == "auto":
+        return "cuda" if torch.cuda.is_available() else "interpret"
+    if backend == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("backend 'cuda' was asked for but no CUDA GPU is visible; use backend 'interpret' or 'auto'")
+    return backend
+
+
+class Evaluator:
+    """A reusable, thread-safe evaluator (see the module docstring)."""
+
+    def __init__(self, config: EvalConfig | None = None):
+        self.config = config or EvalConfig()
+        self.backend = resolve_backend(self.config.backend)
+        if self.backend == "cuda":
+            self.device = torch.device("cuda", self.config.device_index)
+            self.device_name = torch.cuda.get_device_name(self.device)
+        else:
+            self.device = torch.device("cpu")
+            self.device_name = "cpu (triton interpreter)"
+        self._slots = threading.BoundedSemaphore(self.config.max_workers)
+        self._state_lock = threading.Lock()
+        self._calibration: Calibration | None = None
+        self._eager: dict[tuple, TimingResult] = {}
+
+    # ---- public ----------------------------------------------------------------------------------
+    def info(self) -> dict:
+        return {
+            "evaluator_version": EVALUATOR_VERSION,
+            "backend": self.backend,
+            "device": self.device_name,
+            "shape": self.config.shape,
+            "max_workers": self.config.max_workers,
+            "config_hash": config_hash(self.config, EVALUATOR_VERSION),
+        }
+
+    def evaluate(
+        self,
+        task: Task | str,
+        answer: str | None,
+        *,
+        seed: int | None = None,
+        shape: str | None = None,
+    ) -> Verdict:
+        """Judge one answer (raw model text or module source). Never raises for what the answer does."""
+        task = get_task(task) if isinstance(task, str) else task
+        config = self.config
+        if seed is not None or shape is not None:
+            from dataclasses import replace
+
+            config = replace(config, base_seed=config.base_seed if seed is None else int(seed),
+                             shape=config.shape if shape is None else shape)
+        started = time.monotonic()
+        try:
+            return self._evaluate(task, answer, config, started)
+        except Exception as exc:  # noqa: BLE001 - our own fault must still yield exactly one verdict
+            detail = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
+            return self._verdict(task, config, extract_code(answer) if isinstance(answer, str) else None,
+                                 Status.EVALUATOR_ERROR.value, {"evaluator": Check(False, detail[:500])}, detail,
+                                 wall=WallTime(total_s=time.monotonic() - started))
+
+    async def evaluate_async(self, task: Task | str, answer: str | None, **kwargs) -> Verdict:
+        """`evaluate` without blocking the event loop (runs in a thread; the pool still bounds it)."""
+        return await asyncio.to_thread(self.evaluate, task, answer, **kwargs)
+
+    def close(self) -> None:
+        """Nothing persistent to release today (workers live one submission); kept for symmetry."""
+        self._eager.clear()
+
+    # ---- steps -----------------------------------------------------------------------------------
+    def _evaluate(self, task: Task, answer: str | None, config: EvalConfig, started: float) -> Verdict:
+        code = extract_code(answer) if isinstance(answer, str) else None
+        if code is None:
+            why = "no ```python block and no parsable module in the answer"
+            return self._verdict(task, config, answer if isinstance(answer, str) else None, Status.NO_CODE.value,
+                                 {"has_code": Check(False, why)}, "", wall=WallTime(total_s=time.monotonic() - started))
+        checks: dict[str, Check] = {"has_code": Check(True)}
+        if config.static_checks:
+            static = run_static_checks(code)
+            checks.update(static)
+            failure = first_failure(static)
+            if failure is not None:
+                name, check = failure
+                status = Status.COMPILE_ERROR.value if name == "parses" else Status.STATIC_REJECTED.value
+                return self._verdict(task, config, code, status, checks, f"{name}: {check.why}",
+                                     wall=WallTime(total_s=time.monotonic() - started))
+        queued = time.monotonic()
+        with self._slots:
+            queue_s = time.monotonic() - queued
+            session = JudgeSession(task, code, config, self.backend, self.device, config.seed_list(),
+                                   gpu_lock=self._gpu_lock)
+            outcome = session.run()
+        checks.update(outcome.checks)
+        return self._from_outcome(task, config, code, outcome, checks, queue_s, started)
+
+    @contextmanager
+    def _gpu_lock(self):
+        ctx = device_lock(self.config.device_index, self.config.cache_dir) if self.backend == "cuda" else nullcontext()
+        with ctx:
+            yield
+
+    def _from_outcome(self, task, config, code, outcome: SessionOutcome, checks, queue_s, started) -> Verdict:
+        wall = dict(queue_s=queue_s, worker_start_s=outcome.worker_start_s, import_s=outcome.import_s,
+                    compile_s=outcome.compile_s, correctness_s=outcome.correctness_s, timing_s=outcome.timing_s,
+                    reference_s=outcome.reference_s)
+        fields = {}
+        if outcome.compare is not None:
+            fields = dict(max_abs_err=outcome.compare.max_abs_err, max_rel_violation=outcome.compare.violation)
+        if outcome.status != Status.OK.value:
+            wall["total_s"] = time.monotonic() - started
+            return self._verdict(task, config, code, outcome.status, checks, outcome.detail, wall=WallTime(**wall),
+                                 log_tail=outcome.log_tail, **fields)
+        if self.backend != "cuda" or not outcome.times_ms:
+            wall["total_s"] = time.monotonic() - started
+            return self._verdict(task, config, code, Status.OK.value, checks, "", wall=WallTime(**wall), **fields)
+        runtime = statistics.median(outcome.times_ms)
+        cal = self._calibrate()
+        t_min = cal.t_min_ms(task, config.shape)
+        eager = self._eager_time(task, config)
+        timing = dict(timed=True, runtime_ms=runtime, runtime_min_ms=min(outcome.times_ms),
+                      runtime_max_ms=max(outcome.times_ms), t_min_ms=t_min,
+                      roofline_fraction=roofline_fraction(t_min, runtime), eager_ms=eager.median_ms,
+                      speedup_vs_eager=eager.median_ms / runtime,
+                      compile_ms=None if outcome.compile_s is None else outcome.compile_s * 1e3)
+        floor = cal.impossible_below_ms(task, config.shape, config.impossible_factor)
+        wall["total_s"] = time.monotonic() - started
+        if runtime < floor:
+            why = (f"median time {runtime:.4f} ms is below the physical floor {floor:.4f} ms "
+                   f"({config.impossible_factor} x bytes / the device's datasheet bandwidth)")
+            checks["physically_possible"] = Check(False, why)
+            return self._verdict(task, config, code, Status.IMPOSSIBLE_TIME.value, checks, why,
+                                 wall=WallTime(**wall), **timing, **fields)
+        checks["physically_possible"] = Check(True)
+        return self._verdict(task, config, code, Status.OK.value, checks, "", wall=WallTime(**wall), **timing, **fields)
+
+    def _calibrate(self) -> Calibration:
+        with self._state_lock:
+            if self._calibration is None:
+                self._calibration = calibrate(self.device, self.config.cache_dir)
+            return self._calibration
+
+    def _eager_time(self, task: Task, config: EvalConfig) -> TimingResult:
+        """Eager PyTorch on the same device, timed like the submission (cached per task/shape/inputs)."""
+        distribution = config.distribution or task.distribution
+        key = (task.task_id, config.shape, distribution)
+        with self._state_lock:
+            if key in self._eager:
+                return self._eager[key]
+        model = task.load_module().Model(*task.init_inputs).to(self.device)
+        shape = task.shape(config.shape)
+        buf = torch.empty(shape, dtype=getattr(torch, task.dtype), device=self.device)
+
+        def make_input(i: int) -> torch.Tensor:
+            return generate_input(shape, 10_000 + i, distribution, self.device, out=buf)
+
+        with self._gpu_lock():
+            result = time_cuda(model, make_input, runs=config.timed_runs, device=self.device,
+                               l2_flush_mb=config.l2_flush_mb)
+        buf = None  # free the 6 GB input before the next verdict
+        torch.cuda.empty_cache()
+        with self._state_lock:
+            self._eager[key] = result
+        return result
+
+    def _verdict(self, task: Task, config: EvalConfig, code: str | None, status: str, checks: dict[str, Check],
+                 detail: str, wall: WallTime | None = None, log_tail: str = "", **fields) -> Verdict:
+        correct = status == Status.OK.value
+        reward = compute_reward(correct, fields.get("t_min_ms"), fields.get("runtime_ms"), config.reward)
+        feedback = build_feedback(
+            status, detail, checks, fields.get("runtime_ms"), fields.get("t_min_ms"), fields.get("roofline_fraction"),
+            fields.get("eager_ms"), fields.get("speedup_vs_eager"), log_tail=log_tail,
+            max_chars=config.feedback_max_chars,
+        )
+        return Verdict(
+            task_id=task.task_id, status=status, correct=correct, reward=reward, feedback=feedback,
+            code_sha256=code_sha256(code), evaluator_version=EVALUATOR_VERSION, backend=self.backend,
+            device=self.device_name, shape=config.shape, seeds=config.seed_list(), checks=checks, wall_time=wall,
+            cached=False, **fields,
+        )
+
+
+def evaluate(task: Task | str, answer: str | None, config: EvalConfig | None = None) -> Verdict:
+    """Judge one answer with a one-off evaluator (see `Evaluator` to reuse calibration and the pool)."""
+    return Evaluator(config).evaluate(task, answer)

@@ -1,0 +1,387 @@
+"""The judge's side of one submission: start a fresh worker, feed it calls, check every output.
+
+A `JudgeSession` owns one worker process (`worker.py`) from spawn to kill. It writes the submission
+into a private temporary directory, starts the worker there in its own process group with a
+scrubbed environment and resource limits, and talks to it over an authenticated local socket. For
+every call it draws fresh inputs from a new seed, hands them over (bytes on the CPU; CUDA IPC
+buffers on a GPU, allocated once per shape), and, when the worker answers, checks the runtime
+controls it reports, the output against a float64 reference computed here, and that the inputs are
+unchanged. Every call is timed and checked the same way, so a submission cannot tell a check from a
+measurement. The first failure ends the session.
+
+It does not decide the reward, calibrate the device or time eager PyTorch (see `evaluator.py`), and
+it never raises for anything a submission does: every path ends in a `SessionOutcome`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import secrets
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from multiprocessing.connection import Listener
+from pathlib import Path
+
+import torch
+
+from kernelflow.eval.config import EvalConfig
+from kernelflow.eval.correctness import CompareResult, check_against_reference
+from kernelflow.eval.verdict import Check, Status
+from kernelflow.tasks import KERNELBENCH_TOLERANCE, Task, generate_input
+
+# Environment variables a worker may inherit; everything else (tokens, credentials) is dropped.
+_KEEP_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_HOME", "LD_LIBRARY_PATH", "NVIDIA_VISIBLE_DEVICES",
+             "CUDA_VISIBLE_DEVICES", "VIRTUAL_ENV", "PYTHONPATH", "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH")
+
+
+@dataclass
+class CallSpec:
+    label: str  # "seed 3", "odd shape", "repeat of seed 0", "timed 4"
+    shape: tuple[int, ...]
+    seed: int
+    main: bool  # main shape: its times feed the median
+    timed: bool  # one of the final `timed_runs` calls
+    repeat_of: int | None = None  # index of the call whose output this one must reproduce bit for bit
+
+
+@dataclass
+class SessionOutcome:
+    """What happened in one session; `evaluator.py` turns it into a verdict."""
+
+    status: str
+    checks: dict[str, Check] = field(default_factory=dict)
+    detail: str = ""  # the failure, for the model's feedback
+    times_ms: list[float] = field(default_factory=list)
+    compare: CompareResult | None = None
+    worker_start_s: float | None = None
+    import_s: float | None = None
+    compile_s: float | None = None
+    correctness_s: float | None = None
+    timing_s: float | None = None
+    reference_s: float = 0.0
+    log_tail: str = ""
+
+
+def build_plan(task: Task, config: EvalConfig, seeds: list[int]) -> list[CallSpec]:
+    """The calls of one session: seeds, the odd shape, a repeat, then `timed_runs` fresh calls."""
+    main_shape = task.shape(config.shape)
+    plan = [CallSpec(f"seed {s}", main_shape, s, main=True, timed=False) for s in seeds]
+    if config.check_odd_shape:
+        plan.append(CallSpec("odd shape", task.shape(config.shape, odd=True), seeds[-1] + 1000, main=False, timed=False))
+    if config.check_determinism:
+        plan.append(CallSpec(f"repeat of seed {seeds[0]}", main_shape, seeds[0], main=True, timed=False, repeat_of=0))
+    for j in range(config.timed_runs):
+        plan.append(CallSpec(f"timed call {j + 1}", main_shape, seeds[-1] + 1 + j, main=True, timed=True))
+    return plan
+
+
+def _limits(config: EvalConfig, backend: str):
+    def apply() -> None:
+        out = config.output_limit_mb << 20
+        resource.setrlimit(resource.RLIMIT_FSIZE, (out, out))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if backend == "interpret":  # CUDA reserves a huge virtual address space: no AS cap there
+            cap = config.memory_limit_mb << 20
+            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+    return apply
+
+
+class JudgeSession:
+    """One submission, one worker (see the module docstring)."""
+
+    def __init__(self, task: Task, source: str, config: EvalConfig, backend: str, device: torch.device,
+                 seeds: list[int], gpu_lock=nullcontext):
+        self.task = task
+        self.gpu_lock = gpu_lock  # held from the first call to the last, so no work of ours overlaps a timing
+        self.source = source
+        self.config = config
+        self.backend = backend
+        self.device = device
+        self.seeds = seeds
+        self.tolerance = KERNELBENCH_TOLERANCE if config.tolerance_mode == "kernelbench" else task.tolerance
+        self.distribution = config.distribution or task.distribution
+        self.proc: subprocess.Popen | None = None
+        self.conn = None
+        self.deadline = 0.0
+        self.buffers: dict[tuple, dict[str, torch.Tensor]] = {}
+        self.ref_model = None
+
+    # ---- process -------------------------------------------------------------------------------
+    def _spawn(self, workdir: Path, sockdir: Path) -> None:
+        (workdir / "submission.py").write_text(self.source)
+        env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
+        env.update(HOME=str(workdir), TMPDIR=str(workdir), PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1",
+                   PYTHONUNBUFFERED="1", TRITON_CACHE_DIR=str(workdir / "triton_cache"), OMP_NUM_THREADS="1")
+        if self.backend == "interpret":
+            env["TRITON_INTERPRET"] = "1"
+        address = str(sockdir / "judge.sock")
+        authkey = secrets.token_bytes(32)
+        listener = Listener(address, family="AF_UNIX", authkey=authkey)
+        self.log_path = workdir / "worker.log"
+        log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child, closed below
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kernelflow.eval.worker"], stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+            cwd=workdir, env=env, start_new_session=True, preexec_fn=_limits(self.config, self.backend),
+        )
+        log.close()
+        setup = {"address": address, "authkey": authkey.hex(), "backend": self.backend, "device": str(self.device),
+                 "submission_path": str(workdir / "submission.py"), "init_inputs": list(self.task.init_inputs),
+                 "l2_flush_mb": self.config.l2_flush_mb}
+        self.proc.stdin.write((json.dumps(setup) + "\n").encode())
+        self.proc.stdin.close()
+        # accept() blocks; a worker that dies before connecting must not hang us, so poll for it.
+        listener._listener._socket.settimeout(max(1.0, self.deadline - time.monotonic()))
+        try:
+            self.conn = listener.accept()
+        finally:
+            listener.close()
+
+    def _kill(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - a zombie we cannot reap
+            pass
+
+    def _recv_json(self) -> dict:
+        """The worker's next message; raises TimeoutError past the deadline, EOFError if it died."""
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0 or not self.conn.poll(remaining):
+            raise TimeoutError
+        data = self.conn.recv_bytes(64 << 20)
+        msg = json.loads(data)
+        if not isinstance(msg, dict):
+            raise EOFError("malformed message")
+        return msg
+
+    def _recv_raw(self, expected: int) -> bytes:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0 or not self.conn.poll(remaining):
+            raise TimeoutError
+        data = self.conn.recv_bytes(expected + 1)
+        if len(data) != expected:
+            raise EOFError(f"expected {expected} bytes, got {len(data)}")
+        return data
+
+    def _log_tail(self, limit: int = 800) -> str:
+        try:
+            data = self.log_path.read_bytes()[-limit:]
+        except OSError:
+            return ""
+        return data.decode("utf-8", errors="replace")
+
+    def _death_outcome(self, phase: str) -> SessionOutcome:
+        """A worker that stopped talking: why, from its exit status and its output file."""
+        code = self.proc.poll() if self.proc else None
+        if code is None and self.proc is not None:
+            try:
+                code = self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                code = None
+        size = self.log_path.stat().st_size if self.log_path.exists() else 0
+        if code == -signal.SIGXFSZ or size >= (self.config.output_limit_mb << 20):
+            why = f"the worker printed more than {self.config.output_limit_mb} MB and was stopped"
+        elif code is not None and code < 0:
+            why = f"the worker died from signal {signal.Signals(-code).name} during {phase}"
+        else:
+            why = f"the worker exited (status {code}) during {phase} without a result"
+        return SessionOutcome(Status.CRASHED.value, {"worker_alive": Check(False, why)}, why, log_tail=self._log_tail())
+
+    # ---- calls -----------------------------------------------------------------------------------
+    def _buffers_for(self, shape: tuple) -> dict[str, torch.Tensor]:
+        if shape not in self.buffers:
+            dtype = getattr(torch, self.task.dtype)
+            buf = {"input": torch.empty(shape, dtype=dtype, device=self.device),
+                   "output": torch.empty(shape, dtype=dtype, device=self.device),
+                   "scratch": torch.empty(shape, dtype=dtype, device=self.device)}
+            self.conn.send({"op": "map", "slot": str(shape), "input": buf["input"], "output": buf["output"]})
+            msg = self._recv_json()
+            if msg.get("event") != "mapped":
+                raise EOFError("worker did not map the buffers")
+            self.buffers[shape] = buf
+        return self.buffers[shape]
+
+    def _run_call(self, spec: CallSpec, first: bool) -> tuple[dict, torch.Tensor | None, torch.Tensor]:
+        """Send one call; returns (reply, output or None, input as given)."""
+        dtype_name = self.task.dtype
+        msg = {"op": "call", "shape": list(spec.shape), "dtype": dtype_name, "first": first, "slot": None}
+        if self.device.type == "cuda":
+            buf = self._buffers_for(spec.shape)
+            generate_input(spec.shape, spec.seed, self.distribution, self.device, out=buf["input"])
+            buf["output"].fill_(float("nan"))  # a worker that never copies its output leaves NaN here
+            torch.cuda.synchronize(self.device)
+            msg["slot"] = str(spec.shape)
+            self.conn.send(msg)
+            reply = self._recv_json()
+            torch.cuda.synchronize(self.device)
+            return reply, (buf["output"] if reply.get("output_problem") is None else None), buf["input"]
+        x = generate_input(spec.shape, spec.seed, self.distribution, "cpu")
+        msg["input_bytes"] = x.numpy().tobytes()
+        self.conn.send(msg)
+        reply = self._recv_json()
+        if reply.get("event") != "called" or reply.get("output_problem") is not None:
+            return reply, None, x
+        nbytes = x.numel() * x.element_size()
+        out = torch.frombuffer(bytearray(self._recv_raw(nbytes)), dtype=x.dtype).reshape(spec.shape)
+        after = torch.frombuffer(bytearray(self._recv_raw(nbytes)), dtype=x.dtype).reshape(spec.shape)
+        reply["input_changed"] = not torch.equal(after, x)
+        return reply, out, x
+
+    def _input_changed(self, spec: CallSpec, given: torch.Tensor, reply: dict) -> bool:
+        if "input_changed" in reply:
+            return bool(reply["input_changed"])
+        scratch = self.buffers[spec.shape]["scratch"]
+        generate_input(spec.shape, spec.seed, self.distribution, self.device, out=scratch)
+        return not torch.equal(scratch, given)
+
+    def _judge_reply(self, spec: CallSpec, reply: dict, checks: dict[str, Check]) -> SessionOutcome | None:
+        """Runtime controls reported by the worker; an outcome if one failed."""
+        event = reply.get("event")
+        if event == "call_failed":
+            status = Status.COMPILE_ERROR.value if reply.get("kind") == "compile_error" else Status.RUNTIME_ERROR.value
+            why = f"{spec.label}: {reply.get('error', '')}"
+            checks["forward_runs"] = Check(False, why)
+            return SessionOutcome(status, checks, why)
+        if event != "called":
+            return SessionOutcome(Status.CRASHED.value, checks, f"unexpected message from the worker: {event!r}")
+        runtime = [
+            ("pytorch_ops_in_forward", not reply.get("violations"),
+             "PyTorch computed in forward (" + ", ".join(reply.get("violations") or []) + "); only allocation and "
+             "views are allowed there: do the math in a @triton.jit kernel"),
+            ("triton_kernel_launched", reply.get("launches", 0) > 0,
+             "forward launched none of the submission's @triton.jit kernels"),
+            ("no_new_threads", reply.get("threads_added", 0) <= 0, "forward left new threads running"),
+            ("harness_intact", not reply.get("tampered"),
+             "the submission replaced " + ", ".join(reply.get("tampered") or []) + " (timers or launchers)"),
+        ]
+        for name, ok, why in runtime:
+            checks[name] = Check(ok, "" if ok else f"{spec.label}: {why}")
+            if not ok:
+                return SessionOutcome(Status.REJECTED_RUNTIME_CHECK.value, checks, f"{spec.label}: {why}")
+        problem = reply.get("output_problem")
+        checks["output_tensor"] = Check(problem is None, f"{spec.label}: {problem}" if problem else "")
+        if problem:
+            return SessionOutcome(Status.INCORRECT.value, checks, f"{spec.label}: {problem}")
+        return None
+
+    def run(self) -> SessionOutcome:
+        start = time.monotonic()
+        self.deadline = start + self.config.timeout_s
+        workdir = Path(tempfile.mkdtemp(prefix="kf-worker-"))
+        sockdir = Path(tempfile.mkdtemp(prefix="kf-judge-"))
+        os.chmod(sockdir, 0o700)
+        try:
+            return self._run(workdir, sockdir, start)
+        except TimeoutError:
+            why = f"the submission ran past the {self.config.timeout_s:.0f} s limit and was stopped"
+            return SessionOutcome(Status.TIMEOUT.value, {"finished_in_time": Check(False, why)}, why,
+                                  log_tail=self._log_tail() if hasattr(self, "log_path") else "")
+        except (EOFError, ConnectionError, OSError) as exc:
+            if self.proc is None:
+                why = f"the worker could not be started: {exc}"
+                return SessionOutcome(Status.EVALUATOR_ERROR.value, {"worker_started": Check(False, why)}, why)
+            return self._death_outcome("the evaluation")
+        finally:
+            self._kill()
+            if self.conn is not None:
+                self.conn.close()
+            shutil.rmtree(workdir, ignore_errors=True)
+            shutil.rmtree(sockdir, ignore_errors=True)
+            self.buffers.clear()
+
+    def _run(self, workdir: Path, sockdir: Path, start: float) -> SessionOutcome:
+        try:
+            self._spawn(workdir, sockdir)
+        except TimeoutError:
+            return self._death_outcome("start-up")
+        hello = self._recv_json()
+        worker_start_s = time.monotonic() - start
+        if hello.get("event") == "import_failed":
+            status = Status.COMPILE_ERROR.value if hello.get("kind") == "compile_error" else Status.RUNTIME_ERROR.value
+            why = str(hello.get("error", ""))
+            return SessionOutcome(status, {"imports": Check(False, why)}, why, worker_start_s=worker_start_s,
+                                  log_tail=self._log_tail())
+        if hello.get("event") != "ready":
+            return self._death_outcome("start-up")
+        with self.gpu_lock():
+            return self._calls(hello, worker_start_s)
+
+    def _calls(self, hello: dict, worker_start_s: float) -> SessionOutcome:
+        checks: dict[str, Check] = {"imports": Check(True)}
+        ref_module = self.task.load_module()
+        self.ref_model = ref_module.Model(*self.task.init_inputs).to(self.device).to(torch.float64)
+        plan = build_plan(self.task, self.config, self.seeds)
+        times: list[float] = []
+        outputs: dict[int, torch.Tensor] = {}
+        ref_s = 0.0
+        compile_s = None
+        t_calls = time.monotonic()
+        t_timing = None
+        last: CompareResult | None = None
+        for i, spec in enumerate(plan):
+            if spec.timed and t_timing is None:
+                t_timing = time.monotonic()
+            t_call = time.monotonic()
+            reply, out, given = self._run_call(spec, first=(i == 0))
+            if i == 0:
+                compile_s = time.monotonic() - t_call
+            failed = self._judge_reply(spec, reply, checks)
+            if failed is not None:
+                failed.worker_start_s, failed.import_s, failed.log_tail = worker_start_s, hello.get("import_s"), \
+                    self._log_tail()
+                failed.compile_s = compile_s
+                return failed
+            t_ref = time.monotonic()
+            result = check_against_reference(self.ref_model, given, out, self.tolerance)
+            ref_s += time.monotonic() - t_ref
+            last = result
+            if not result.passed:
+                why = f"{spec.label}: wrong values: {result.summary()}"
+                checks["values"] = Check(False, why)
+                return SessionOutcome(Status.INCORRECT.value, checks, why, compare=result,
+                                      worker_start_s=worker_start_s, import_s=hello.get("import_s"),
+                                      compile_s=compile_s, reference_s=ref_s)
+            if self._input_changed(spec, given, reply):
+                why = f"{spec.label}: forward modified its input; inputs must be left unchanged"
+                checks["inputs_unchanged"] = Check(False, why)
+                return SessionOutcome(Status.INCORRECT.value, checks, why, worker_start_s=worker_start_s)
+            if spec.repeat_of is not None and not torch.equal(outputs[spec.repeat_of], out):
+                why = f"{spec.label}: the same input gave a different output (a race or uninitialised memory)"
+                checks["deterministic"] = Check(False, why)
+                return SessionOutcome(Status.INCORRECT.value, checks, why, worker_start_s=worker_start_s)
+            if i == 0 and self.config.check_determinism:
+                outputs[0] = out.clone()
+            if spec.main and reply.get("ms") is not None:
+                times.append(float(reply["ms"]))
+        checks["values"] = Check(True, f"{len(plan)} calls within tolerance ({last.summary() if last else ''})")
+        checks["inputs_unchanged"] = Check(True)
+        if self.config.check_determinism:
+            checks["deterministic"] = Check(True)
+        self.conn.send({"op": "exit"})
+        now = time.monotonic()
+        timed = times[-self.config.timed_runs:] if times else []
+        return SessionOutcome(
+            Status.OK.value, checks, "", times_ms=timed, compare=last, worker_start_s=worker_start_s,
+            import_s=hello.get("import_s"), compile_s=compile_s,
+            correctness_s=(t_timing or now) - t_calls, timing_s=(now - t_timing) if t_timing else None,
+            reference_s=ref_s,
+        )
+
+
+def median_or_none(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None

@@ -1,0 +1,362 @@
+"""The worker: runs one submission in a fresh process and reports what it saw, never what it concluded.
+
+Started by `session.py` as `python -m kernelflow.eval.worker` in its own temporary directory, process
+group and scrubbed environment, one submission per process. It imports the submission, builds
+`ModelNew`, and then serves "call" requests: each call runs `forward` once on inputs the judge chose,
+timed (CUDA events, L2 flushed first, device-wide synchronize before the end event) and watched by
+runtime controls, and hands the output back to the judge. The judge (another process) holds the
+reference and compares; the worker never sees an expected output.
+
+Threat model. Covered:
+- PyTorch doing the task's work inside forward (a TorchDispatchMode allow-list: allocation, views and
+  shape queries only), so `x * (x > 0)` beside a launched decoy kernel is caught;
+- no Triton launch of the submission's own kernels during a call (class-level launch counter);
+- timers, Triton's launcher or torch functions replaced from inside the submission (identities
+  snapshotted before the import and re-checked after every call);
+- threads started by the submission (thread count before/after);
+- lazy/proxy/subclass outputs, wrong shape/dtype/device, non-contiguous or aliased outputs;
+- forged results on stdout/stderr: the judge reads only the private channel (an authenticated local
+  socket whose key arrives on stdin and is dropped before the submission is imported);
+- crashes, hangs, floods and exits: the judge sees a dead or silent worker and gives a verdict.
+Not covered (documented in the README): this is not a sandbox for hostile native code. A submission
+that reaches ctypes, os or the channel object through an escape the static checks miss could write
+files outside its directory or forge the timing it reports; correctness is still decided by the judge
+from the output buffer, and the roofline floor rejects impossible times.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from multiprocessing.connection import Client
+
+# Aten ops a forward may run: allocation, fills, views and shape queries. Anything else is PyTorch
+# doing the task's work (the kernel must do it).
+ALLOWED_ATEN = frozenset({
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
+    "ones", "ones_like", "full", "full_like", "new_zeros", "new_ones", "new_full", "fill_", "zero_",
+    "view", "_unsafe_view", "reshape", "as_strided", "alias", "detach", "t", "transpose", "permute",
+    "squeeze", "unsqueeze", "flatten", "unflatten", "expand", "slice", "select", "split", "chunk",
+    "contiguous", "clone", "lift_fresh", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset",
+    "is_contiguous", "_local_scalar_dense", "resize_", "set_", "view_as", "narrow",
+})
+
+
+class Report(Exception):
+    """A fatal event to send to the judge (import failure, bad constructor)."""
+
+    def __init__(self, event: str, **fields):
+        super().__init__(event)
+        self.payload = {"event": event, **fields}
+
+
+def _trim_traceback(exc: BaseException, submission_path: str, limit: int = 1500) -> str:
+    """The exception with only the submission's own frames, so line numbers are the model's."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == submission_path]
+    lines = [f"  line {f.lineno}, in {f.name}: {(f.line or '').strip()}" for f in frames[-6:]]
+    head = f"{type(exc).__name__}: {exc}"
+    text = ("\n".join(lines) + "\n" if lines else "") + head
+    return text[-limit:]
+
+
+def _is_compile_error(exc: BaseException) -> bool:
+    names = {c.__name__ for c in type(exc).__mro__}
+    return bool(names & {"CompilationError", "CompileTimeAssertionFailure", "InterpreterError", "SyntaxError",
+                         "ImportError", "NameError", "UnsupportedLanguageConstruct"})
+
+
+class LaunchCounter:
+    """Counts Triton launches by wrapping the launch methods of Triton's kernel classes.
+
+    Triton's own launch hook does not fire under the interpreter, so the `run` methods of
+    `JITFunction` and `InterpretedFunction` are wrapped at class level before the submission is
+    imported. While a launch runs, the dispatch guard is paused: the interpreter makes aten copies of
+    its own that are not the submission's work.
+    """
+
+    def __init__(self, module_name: str):
+        self.module_name = module_name
+        self.own = 0
+        self.other = 0
+        self.in_launch = 0
+        self.wrapped: list[tuple[type, object]] = []
+
+    def install(self) -> None:
+        import triton.runtime.jit as jit
+
+        classes = [jit.JITFunction]
+        try:
+            from triton.runtime.interpreter import InterpretedFunction
+
+            classes.append(InterpretedFunction)
+        except ImportError:  # pragma: no cover - triton without an interpreter
+            pass
+        for cls in classes:
+            run = self._wrap(cls.run)
+            cls.run = run
+            self.wrapped.append((cls, run))
+
+    def _wrap(self, original):
+        counter = self
+
+        def run(fn_self, *args, **kwargs):
+            if not kwargs.get("warmup", False):
+                owner = getattr(getattr(fn_self, "fn", None), "__module__", None)
+                if owner == counter.module_name:
+                    counter.own += 1
+                else:
+                    counter.other += 1
+            counter.in_launch += 1
+            try:
+                return original(fn_self, *args, **kwargs)
+            finally:
+                counter.in_launch -= 1
+
+        return run
+
+    def intact(self) -> bool:
+        return all(cls.run is run for cls, run in self.wrapped)
+
+
+def _make_guard(counter: LaunchCounter):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class DispatchGuard(TorchDispatchMode):
+        """Records every aten op outside the allow-list while forward runs (outside Triton launches)."""
+
+        def __init__(self):
+            super().__init__()
+            self.violations: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not counter.in_launch:
+                name = func.__name__.split(".")[0]
+                if name not in ALLOWED_ATEN and name.rstrip("_") not in ALLOWED_ATEN:
+                    if len(self.violations) < 20:
+                        self.violations.append(str(func.__name__))
+            return func(*args, **(kwargs or {}))
+
+    return DispatchGuard
+
+
+def _identity_snapshot() -> dict[str, int]:
+    """ids of the functions a submission could replace to fake a time or a launch."""
+    import torch
+    import triton
+
+    targets = {
+        "time.perf_counter": time.perf_counter,
+        "time.time": time.time,
+        "torch.cuda.synchronize": torch.cuda.synchronize,
+        "torch.cuda.Event": torch.cuda.Event,
+        "torch.cuda.Event.record": torch.cuda.Event.record,
+        "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
+        "torch.cuda.Event.synchronize": torch.cuda.Event.synchronize,
+        "torch.Tensor.copy_": torch.Tensor.copy_,
+        "torch.empty_like": torch.empty_like,
+        "triton.jit": triton.jit,
+        "threading.active_count": threading.active_count,
+        "json.dumps": json.dumps,
+    }
+    return {name: id(obj) for name, obj in targets.items()}
+
+
+class Worker:
+    """One submission's process-side harness (see the module docstring)."""
+
+    def __init__(self, setup: dict, conn):
+        import torch
+
+        self.torch = torch
+        self.conn = conn
+        self.backend = setup["backend"]
+        self.device = torch.device(setup["device"])
+        self.submission_path = setup["submission_path"]
+        self.init_inputs = setup.get("init_inputs", [])
+        self.l2_flush_bytes = int(setup.get("l2_flush_mb", 256)) << 20
+        self.module_name = "submission"
+        self.counter = LaunchCounter(self.module_name)
+        self.buffers: dict[str, object] = {}
+        self.model = None
+        self.l2 = None
+
+    def send(self, payload: dict) -> None:
+        self.conn.send_bytes(json.dumps(payload).encode())
+
+    # ---- start-up -------------------------------------------------------------------------------
+    def start(self) -> None:
+        torch = self.torch
+        t0 = time.perf_counter()
+        import triton  # noqa: F401  (after the judge set TRITON_INTERPRET in our environment)
+
+        self.counter.install()
+        self.guard_cls = _make_guard(self.counter)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+            torch.cuda.init()
+            self.l2 = torch.empty(self.l2_flush_bytes, dtype=torch.uint8, device=self.device)
+        self.identities = _identity_snapshot()
+        self.threads = threading.active_count()
+        import_start = time.perf_counter()
+        try:
+            spec = importlib.util.spec_from_file_location(self.module_name, self.submission_path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[self.module_name] = module
+            spec.loader.exec_module(module)
+        except BaseException as exc:  # noqa: BLE001 - any failure of the submission's import is reported
+            kind = "compile_error" if _is_compile_error(exc) else "runtime_error"
+            if isinstance(exc, SystemExit):
+                kind = "runtime_error"
+            raise Report("import_failed", kind=kind, error=_trim_traceback(exc, self.submission_path)) from None
+        model_cls = getattr(module, "ModelNew", None)
+        if model_cls is None:
+            raise Report("import_failed", kind="compile_error", error="the module defines no ModelNew")
+        try:
+            with torch.no_grad():
+                self.model = model_cls(*self.init_inputs).to(self.device)
+        except BaseException as exc:  # noqa: BLE001
+            raise Report("import_failed", kind="runtime_error",
+                         error="ModelNew(...) failed: " + _trim_traceback(exc, self.submission_path)) from None
+        self.send({"event": "ready", "startup_s": import_start - t0, "import_s": time.perf_counter() - import_start})
+
+    # ---- calls ----------------------------------------------------------------------------------
+    def _poison(self, nbytes: int) -> None:
+        """Fill freed allocator blocks with NaN so a never-written output cannot reuse old results."""
+        torch = self.torch
+        if self.device.type != "cuda":
+            return
+        block = torch.empty(nbytes // 4 + 1, dtype=torch.float32, device=self.device)
+        block.fill_(float("nan"))
+        del block
+
+    def _inputs_for(self, msg: dict) -> list:
+        torch = self.torch
+        if msg.get("slot") is not None:
+            return [self.buffers[msg["slot"]]["input"]]
+        raw = msg["input_bytes"]
+        x = torch.frombuffer(bytearray(raw), dtype=getattr(torch, msg["dtype"])).reshape(msg["shape"])
+        return [x]
+
+    def call(self, msg: dict) -> None:
+        torch = self.torch
+        inputs = self._inputs_for(msg)
+        x = inputs[0]
+        expected_shape = tuple(msg["shape"])
+        self._poison(x.numel() * x.element_size())
+        cuda = self.device.type == "cuda"
+        launches0 = self.counter.own
+        threads0 = threading.active_count()
+        guard = self.guard_cls()
+        result: dict = {"event": "called"}
+        if cuda:
+            self.l2.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            start.record()
+        t0 = time.perf_counter()
+        try:
+            with torch.no_grad(), guard:
+                out = self.model(*inputs)
+            if cuda:
+                torch.cuda.synchronize()  # device-wide: work on any stream is counted
+                end.record()
+                end.synchronize()
+        except BaseException as exc:  # noqa: BLE001 - reported, never raised
+            kind = "compile_error" if _is_compile_error(exc) and msg.get("first") else "runtime_error"
+            text = _trim_traceback(exc, self.submission_path)
+            if isinstance(exc, SystemExit):
+                text = f"the submission tried to exit the process (SystemExit {exc.code!r})"
+            self.send({"event": "call_failed", "kind": kind, "error": text,
+                       "cuda_error": "CUDA error" in str(exc) or "illegal" in str(exc).lower()})
+            return
+        result["host_ms"] = (time.perf_counter() - t0) * 1e3
+        result["ms"] = start.elapsed_time(end) if cuda else None
+        result["launches"] = self.counter.own - launches0
+        result["violations"] = guard.violations
+        result["threads_added"] = threading.active_count() - threads0
+        result["tampered"] = [k for k, v in _identity_snapshot().items() if self.identities.get(k) != v]
+        if not self.counter.intact():
+            result["tampered"].append("triton launch methods")
+        problem = self._output_problem(out, inputs, expected_shape, msg["dtype"])
+        result["output_problem"] = problem
+        if problem is None:
+            if cuda:
+                self.buffers[msg["slot"]]["output"].copy_(out)
+                torch.cuda.synchronize()
+                result["input_bytes_after"] = None
+            else:
+                result["output_len"] = out.numel() * out.element_size()
+        self.send(result)
+        if problem is None and not cuda:
+            self.conn.send_bytes(out.detach().contiguous().numpy().tobytes())
+            self.conn.send_bytes(x.detach().numpy().tobytes())
+
+    def _output_problem(self, out, inputs, shape: tuple, dtype: str) -> str | None:
+        """Why the output cannot be accepted as a plain, owned result tensor (None if it can)."""
+        torch = self.torch
+        if type(out) is not torch.Tensor:
+            return f"forward returned {type(out).__name__}, expected a plain torch.Tensor"
+        if tuple(out.shape) != shape:
+            return f"output shape {tuple(out.shape)}, expected {shape}"
+        if out.dtype != getattr(torch, dtype):
+            return f"output dtype {out.dtype}, expected torch.{dtype}"
+        if out.device != (inputs[0].device):
+            return f"output on {out.device}, expected {inputs[0].device}"
+        if not out.is_contiguous():
+            return "output is not contiguous (strides " + str(out.stride()) + ")"
+        if out.untyped_storage().nbytes() < out.numel() * out.element_size():
+            return "output does not own storage for all its elements"
+        o0 = out.untyped_storage().data_ptr()
+        o1 = o0 + out.untyped_storage().nbytes()
+        for t in inputs:
+            i0 = t.untyped_storage().data_ptr()
+            i1 = i0 + t.untyped_storage().nbytes()
+            if o0 < i1 and i0 < o1:
+                return "output shares memory with an input; write the result to a new tensor"
+        return None
+
+    def map_buffers(self, msg: dict) -> None:
+        self.buffers[msg["slot"]] = {"input": msg["input"], "output": msg["output"]}
+        self.send({"event": "mapped"})
+
+    def serve(self) -> None:
+        while True:
+            msg = self.conn.recv()
+            op = msg.get("op")
+            if op == "call":
+                self.call(msg)
+            elif op == "map":
+                self.map_buffers(msg)
+            elif op == "exit":
+                self.send({"event": "bye"})
+                return
+
+
+def main() -> None:
+    setup = json.loads(sys.stdin.readline())
+    sys.stdin.close()
+    authkey = bytes.fromhex(setup.pop("authkey"))
+    if setup["backend"] == "cuda":
+        import torch.multiprocessing  # noqa: F401  (registers CUDA IPC reductions for the judge's buffers)
+    conn = Client(setup.pop("address"), family="AF_UNIX", authkey=authkey)
+    del authkey
+    worker = Worker(setup, conn)
+    try:
+        worker.start()
+        worker.serve()
+    except Report as report:
+        worker.send(report.payload)
+    finally:
+        conn.close()
+    # Skip interpreter teardown: a submission's atexit/finalizers must not run after the verdict.
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,268 @@
+"""Trainer settings: plain frozen dataclasses that check their own invariants.
+
+`PolicyConfig` says which model to load (a pinned Hugging Face revision, a local directory, or the
+tiny model built here from `TinyModelConfig`), in which dtype and on which device. `LoraSettings`
+holds the adapter. `TrainerConfig` holds the protocol: advantage estimator, epochs, group size,
+sampling, tokens per turn, optimiser, loss normaliser, seeds and what is passed to the environment's
+`reset`. The flows layer composes these into its Hydra schema; nothing here reads a DictConfig.
+
+Values the pilot published: Qwen2.5-Coder-7B-Instruct, LoRA r16 alpha32, Dr. GRPO, 4 epochs, group
+size 4, temperature 0.8, 2048 tokens per turn, 2 turns, seed 42. Values it did not publish are
+choices, each marked `# choice:` with the reason next to it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+
+SOURCES = ("hub", "local", "tiny")
+DTYPES = ("float32", "bfloat16", "float16")
+ESTIMATORS = ("dr_grpo", "trloo")
+SCHEDULERS = ("constant", "linear", "cosine")
+ATTENTION = ("sdpa", "eager", "flash_attention_2")
+SHAPES = ("small", "full")
+
+# Qwen/Qwen2.5-Coder-7B-Instruct at the commit that public pinned setups use (the hub's main as of
+# 2025); a commit id, not a branch, so the weights cannot change under a run.
+PILOT_MODEL = "Qwen/Qwen2.5-Coder-7B-Instruct"
+PILOT_REVISION = "c03e6d358207e414f1eca0bb1891e29f1db0e242"
+
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+_DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+
+
+def _fail(kind: str, problems: list[str]) -> None:
+    if problems:
+        raise ValueError(f"invalid {kind}: " + "; ".join(problems))
+
+
+@dataclass(frozen=True)
+class TinyModelConfig:
+    """A small Qwen2 with random weights and a tokenizer trained on the project's own text.
+
+    The defaults make a ~0.1M-parameter model for CPU tests. `vocab_size=None` sizes the embedding to
+    the tokenizer; a larger value pads it (as Qwen itself does), e.g. 151936 for a Qwen2.5-0.5B shape.
+    """
+
+    hidden_size: int = 64
+    intermediate_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    tokenizer_vocab: int = 1024
+    vocab_size: int | None = None
+    max_position_embeddings: int = 32768
+    tie_word_embeddings: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        p = []
+        for name in ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads"):
+            if getattr(self, name) < 1:
+                p.append(f"{name}={getattr(self, name)} (must be >= 1)")
+        if self.num_heads >= 1 and self.hidden_size % self.num_heads:
+            p.append(f"hidden_size={self.hidden_size} is not divisible by num_heads={self.num_heads}")
+        if self.num_kv_heads >= 1 and self.num_heads % self.num_kv_heads:
+            p.append(f"num_heads={self.num_heads} is not divisible by num_kv_heads={self.num_kv_heads}")
+        if self.tokenizer_vocab < 300:
+            p.append(f"tokenizer_vocab={self.tokenizer_vocab} (need >= 300: 256 bytes + specials + merges)")
+        if self.vocab_size is not None and self.vocab_size < self.tokenizer_vocab:
+            p.append(f"vocab_size={self.vocab_size} < tokenizer_vocab={self.tokenizer_vocab} (set null or larger)")
+        _fail("TinyModelConfig", p)
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Which causal LM to load, and how.
+
+    source: `hub` loads `model` (a hub id) at `revision` (a 40-hex commit, so it is pinned); `local`
+    loads the directory `model`; `tiny` builds (or reuses from `cache_dir`) the model `tiny` describes
+    and then loads that directory through the same path as `local`.
+    """
+
+    source: str = "hub"
+    model: str = PILOT_MODEL
+    revision: str | None = PILOT_REVISION
+    dtype: str = "bfloat16"
+    device: str = "auto"  # auto: cuda if available, else cpu
+    attn_implementation: str = "sdpa"
+    gradient_checkpointing: bool = True  # choice: 4 x ~5k-token sequences of a 7B fit with it; costs ~30% update time
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    cache_dir: str | None = None  # where tiny models are built; None: ~/.cache/kernelflow/tiny
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tiny, dict):  # built from JSON or YAML
+            object.__setattr__(self, "tiny", TinyModelConfig(**self.tiny))
+        p = []
+        if self.source not in SOURCES:
+            p.append(f"source={self.source!r} (choose one of {SOURCES})")
+        if self.source in ("hub", "local") and not self.model:
+            p.append(f"model is empty (give a hub id or a local directory for source={self.source!r})")
+        if self.source == "hub" and not (isinstance(self.revision, str) and _SHA.match(self.revision)):
+            p.append(
+                f"revision={self.revision!r} for hub model {self.model!r} is not a 40-hex commit id "
+                "(pin one: a branch or tag can move under a run)"
+            )
+        if self.dtype not in DTYPES:
+            p.append(f"dtype={self.dtype!r} (choose one of {DTYPES})")
+        if not _DEVICE.match(self.device):
+            p.append(f"device={self.device!r} (choose auto, cpu, cuda or cuda:N)")
+        if self.attn_implementation not in ATTENTION:
+            p.append(f"attn_implementation={self.attn_implementation!r} (choose one of {ATTENTION})")
+        _fail("PolicyConfig", p)
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """The LoRA adapter (PEFT). r and alpha are the pilot's; the rest are choices."""
+
+    r: int = 16
+    alpha: int = 32
+    # choice: 0, because the rollouts are sampled from the same module that is trained; dropout
+    # would make the sampling and training distributions differ (notes/trl_multiturn.md section 4).
+    dropout: float = 0.0
+    # choice: every linear layer of the blocks; LoRA on the MLPs carries most of the benefit.
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+    def __post_init__(self) -> None:
+        if isinstance(self.target_modules, list):
+            object.__setattr__(self, "target_modules", tuple(self.target_modules))
+        p = []
+        if self.r < 1:
+            p.append(f"r={self.r} (must be >= 1)")
+        if self.alpha <= 0:
+            p.append(f"alpha={self.alpha} (must be > 0)")
+        if not 0.0 <= self.dropout < 1.0:
+            p.append(f"dropout={self.dropout} (must be in [0, 1))")
+        if not self.target_modules:
+            p.append("target_modules is empty (name at least one module, e.g. q_proj)")
+        _fail("LoraSettings", p)
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """The training protocol. One update per task group: G episodes of one task, then one step."""
+
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    estimator: str = "dr_grpo"
+    epochs: int = 4
+    group_size: int = 4
+    temperature: float = 0.8
+    top_p: float = 1.0  # choice: no nucleus cut; temperature alone sets exploration
+    max_new_tokens: int = 2048
+    max_turns: int = 2
+    # choice: 2e-5. LoRA's best learning rate is about 10x full fine-tuning's; RL full fine-tunes of
+    # this kind use 1e-6 to 2e-6 (TRL's default, Kevin, Dr. Kernel), so 1e-5 to 2e-5 for LoRA; the
+    # upper end because the pilot makes only 16 updates.
+    learning_rate: float = 2e-5
+    weight_decay: float = 0.0  # choice: no decay on a 16-step LoRA run
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_eps: float = 1e-8
+    lr_scheduler: str = "constant"  # choice: 16 updates leave no room for a schedule to matter
+    warmup_updates: int = 0
+    # choice: 1.0. Kevin's 0.05 was for full fine-tuning of a 32B; the norm is logged every update.
+    max_grad_norm: float = 1.0
+    kl_weight: float = 0.0
+    loss_normalizer: int | None = None  # None: max_turns * max_new_tokens (the constant Dr. GRPO divides by)
+    micro_batch_size: int = 1  # sequences per forward/backward in the update (gradients accumulate)
+    seed: int = 42
+    shuffle_tasks: bool = True  # task order within an epoch, drawn from (seed, epoch) only
+    env_shape: str | None = None  # shape profile passed to the environment's reset; None: the server's
+    env_seed: int = 0  # seed passed to reset (drives the evaluation inputs)
+    env_seed_per_update: bool = False  # True: env_seed + update index, same for every episode of a group
+    eval_attempts: int = 2
+    eval_max_new_tokens: int | None = None  # None: max_new_tokens
+    eval_stop_when_correct: bool = True  # greedy eval makes no second attempt after a correct first one
+    samples_per_update: int = 2  # kernels kept with their verdicts in each update's metrics
+    sample_chars: int = 4000
+    message_timeout_s: float = 900.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.policy, dict):
+            object.__setattr__(self, "policy", PolicyConfig(**self.policy))
+        if isinstance(self.lora, dict):
+            object.__setattr__(self, "lora", LoraSettings(**self.lora))
+        p = []
+        if self.estimator not in ESTIMATORS:
+            p.append(f"estimator={self.estimator!r} (choose one of {ESTIMATORS})")
+        for name in ("epochs", "max_new_tokens", "max_turns", "micro_batch_size", "eval_attempts"):
+            if getattr(self, name) < 1:
+                p.append(f"{name}={getattr(self, name)} (must be >= 1)")
+        if self.group_size < 2:
+            p.append(f"group_size={self.group_size} (need >= 2: the advantage compares rollouts of one task)")
+        if not self.temperature > 0:
+            p.append(f"temperature={self.temperature} (must be > 0; greedy decoding is for evaluation only)")
+        if not 0 < self.top_p <= 1:
+            p.append(f"top_p={self.top_p} (must be in (0, 1])")
+        if not self.learning_rate > 0:
+            p.append(f"learning_rate={self.learning_rate} (must be > 0)")
+        if self.weight_decay < 0:
+            p.append(f"weight_decay={self.weight_decay} (must be >= 0)")
+        if not (0 <= self.adam_beta1 < 1 and 0 <= self.adam_beta2 < 1 and self.adam_eps > 0):
+            p.append(f"adam betas ({self.adam_beta1}, {self.adam_beta2}) must be in [0, 1), eps > 0")
+        if self.lr_scheduler not in SCHEDULERS:
+            p.append(f"lr_scheduler={self.lr_scheduler!r} (choose one of {SCHEDULERS})")
+        if self.warmup_updates < 0:
+            p.append(f"warmup_updates={self.warmup_updates} (must be >= 0)")
+        if not self.max_grad_norm > 0:
+            p.append(f"max_grad_norm={self.max_grad_norm} (must be > 0)")
+        if self.kl_weight < 0:
+            p.append(f"kl_weight={self.kl_weight} (must be >= 0)")
+        if self.loss_normalizer is not None and self.loss_normalizer < 1:
+            p.append(f"loss_normalizer={self.loss_normalizer} (must be >= 1, or null for max_turns * max_new_tokens)")
+        if self.env_shape not in (None, *SHAPES):
+            p.append(f"env_shape={self.env_shape!r} (choose null, 'small' or 'full')")
+        if self.eval_max_new_tokens is not None and self.eval_max_new_tokens < 1:
+            p.append(f"eval_max_new_tokens={self.eval_max_new_tokens} (must be >= 1 or null)")
+        if self.samples_per_update < 0 or self.sample_chars < 0:
+            p.append("samples_per_update and sample_chars must be >= 0")
+        if not self.message_timeout_s > 0:
+            p.append(f"message_timeout_s={self.message_timeout_s} (must be > 0)")
+        _fail("TrainerConfig", p)
+
+    @property
+    def normalizer(self) -> int:
+        """The constant each episode's token-sum loss is divided by."""
+        return self.loss_normalizer or self.max_turns * self.max_new_tokens
+
+    @property
+    def eval_tokens(self) -> int:
+        return self.eval_max_new_tokens or self.max_new_tokens
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def plan(config: TrainerConfig, n_train_tasks: int, n_eval_tasks: int = 0) -> dict:
+    """What a run of `config` over `n_train_tasks` tasks costs, counted without loading a model.
+
+    Submissions and tokens are upper bounds: an episode that stops early (a correct first turn, when
+    the environment is so configured) submits fewer times. `n_eval_tasks` counts one greedy
+    evaluation pass over that many tasks.
+    """
+    if n_train_tasks < 1:
+        raise ValueError(f"n_train_tasks={n_train_tasks} (need at least one training task)")
+    updates = config.epochs * n_train_tasks
+    episodes = updates * config.group_size
+    submissions = episodes * config.max_turns
+    eval_submissions = n_eval_tasks * config.eval_attempts
+    return {
+        "epochs": config.epochs,
+        "train_tasks": n_train_tasks,
+        "group_size": config.group_size,
+        "episodes": episodes,
+        "submissions": submissions,
+        "updates": updates,
+        "updates_per_epoch": n_train_tasks,
+        "max_new_tokens_per_turn": config.max_new_tokens,
+        "generated_tokens_max": submissions * config.max_new_tokens,
+        "loss_normalizer": config.normalizer,
+        "eval_tasks": n_eval_tasks,
+        "eval_submissions_max": eval_submissions,
+        "eval_generated_tokens_max": eval_submissions * config.eval_tokens,
+        "estimator": config.estimator,
+        "seed": config.seed,
+    }

@@ -1,0 +1,122 @@
+"""Batched generation: many token prompts in, one completion per prompt out, cut at its first eos.
+
+Rows are left-padded with an attention mask (right padding shifts the model's view of turn 2 and the
+sampled log-probabilities drift from the trainer's forward; notes/trl_multiturn.md section 4).
+The model runs in eval mode without gradients; sampling draws from torch's global RNG, which the
+trainer seeds and checkpoints. A fresh `GenerationConfig` is built per call, so nothing the hub
+model ships as defaults (top_k, repetition penalty) changes what is sampled.
+
+This module does not talk to the environment (rollout.py) or build the episode layout (transcript.py).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from kernelflow.train.policy import Policy
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """How one turn is decoded: sampled (training) or greedy (evaluation)."""
+
+    max_new_tokens: int
+    do_sample: bool = True
+    temperature: float = 1.0
+    top_p: float = 1.0
+
+
+@dataclass(frozen=True)
+class Completion:
+    """The ids one row generated, up to and including its first eos; `truncated` when no eos came."""
+
+    ids: tuple[int, ...]
+    truncated: bool
+    ended_with: int | None  # the eos id that closed it, None when truncated
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    completions: list[Completion]
+    seconds: float
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(c.ids) for c in self.completions)
+
+
+class _VocabLimit:
+    """Logits processor: ids past the tokenizer (padded embedding rows) are never sampled."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        scores[:, self.limit :] = float("-inf")
+        return scores
+
+
+def left_pad(rows: list[list[int]] | list[tuple[int, ...]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask), each (B, max_len), rows aligned to the right."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        if r:
+            ids[i, width - len(r) :] = torch.as_tensor(list(r), dtype=torch.long)
+            mask[i, width - len(r) :] = 1
+    return ids.to(device), mask.to(device)
+
+
+def cut_at_eos(row: list[int], eos_ids: tuple[int, ...]) -> Completion:
+    eos = set(eos_ids)
+    for i, tok in enumerate(row):
+        if tok in eos:
+            return Completion(tuple(row[: i + 1]), truncated=False, ended_with=tok)
+    return Completion(tuple(row), truncated=True, ended_with=None)
+
+
+def generate(policy: Policy, prompts: list[list[int]], settings: SamplingSettings) -> GenerationResult:
+    """One completion per prompt, generated as one left-padded batch."""
+    from transformers import GenerationConfig, LogitsProcessorList
+
+    if not prompts:
+        return GenerationResult([], 0.0)
+    kwargs = {
+        "max_new_tokens": settings.max_new_tokens,
+        "do_sample": settings.do_sample,
+        "eos_token_id": list(policy.eos_ids),
+        "pad_token_id": policy.pad_id,
+        "bos_token_id": None,
+        "use_cache": True,
+    }
+    if settings.do_sample:
+        kwargs.update(temperature=settings.temperature, top_p=settings.top_p, top_k=0)
+    gen_config = GenerationConfig(**kwargs)
+    processors = LogitsProcessorList([_VocabLimit(policy.vocab_limit)] if policy.vocab_limit else [])
+    input_ids, attention_mask = left_pad(prompts, policy.pad_id, policy.device)
+    model = policy.model
+    was_training = model.training
+    model.eval()
+    if policy.device.type == "cuda":
+        torch.cuda.synchronize(policy.device)
+    start = time.perf_counter()
+    try:
+        with torch.no_grad():
+            out = model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                generation_config=gen_config,
+                logits_processor=processors,
+            )
+        if policy.device.type == "cuda":
+            torch.cuda.synchronize(policy.device)
+    finally:
+        if was_training:
+            model.train()
+    seconds = time.perf_counter() - start
+    new = out[:, input_ids.shape[1] :].tolist()
+    return GenerationResult([cut_at_eos(row, policy.eos_ids) for row in new], seconds)

@@ -1,0 +1,137 @@
+"""The policy-gradient loss over multi-turn episodes: masked, per-token advantages, constant normaliser.
+
+For a group of G episodes with token mask m (1 on the model's own tokens of every turn, 0 on prompt
+and feedback tokens) and per-token advantage A (the estimator's value for that token's turn):
+
+    loss = sum_i sum_t m_i,t * ( -A_i,t * log pi(x_i,t | x_i,<t)  +  beta * k3_i,t ) / (G * L)
+
+with L the constant normaliser (default max_turns * max_new_tokens; Dr. GRPO's "generate max length"),
+so neither the length of an answer nor the number of turns an episode reached rescales its tokens,
+and k3 = exp(ref - logp) - (ref - logp) - 1 the usual non-negative KL estimate against the base model
+(adapter disabled), used only when beta > 0 (default 0).
+
+The trainer makes one update per group from freshly sampled episodes, so the PPO ratio is exactly 1
+and clipping never binds; the loss above has the same gradient and is what is computed.
+This module does not own the optimiser (update.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from kernelflow.train.advantages import Advantages
+from kernelflow.train.rollout import EpisodeRecord
+
+
+@dataclass(frozen=True)
+class TrainingSequence:
+    """One episode as the update sees it: ids, 0/1 mask and a per-token advantage (0 where masked)."""
+
+    ids: tuple[int, ...]
+    mask: tuple[int, ...]
+    advantages: tuple[float, ...]
+
+
+def training_sequences(episodes: Sequence[EpisodeRecord], advantages: Advantages) -> list[TrainingSequence]:
+    """Spread each (episode, turn) advantage over that turn's tokens."""
+    if len(episodes) != len(advantages.per_turn):
+        raise ValueError(f"{len(episodes)} episodes but advantages for {len(advantages.per_turn)}")
+    out = []
+    for ep, adv in zip(episodes, advantages.per_turn, strict=True):
+        lay = ep.token_layout()
+        if len(adv) != len(ep.turns):
+            raise ValueError(f"episode {ep.rollout}: {len(ep.turns)} turns but {len(adv)} advantages")
+        per_token = tuple(adv[t] if t >= 0 else 0.0 for t in lay.turn)
+        out.append(TrainingSequence(lay.ids, lay.mask, per_token))
+    return out
+
+
+@dataclass
+class TokenBatch:
+    """Left-padded tensors; `targets`, `loss_mask` and `advantages` are aligned with input_ids[:, 1:]."""
+
+    input_ids: torch.Tensor  # (B, T)
+    attention_mask: torch.Tensor  # (B, T)
+    position_ids: torch.Tensor  # (B, T): 0 at each row's first real token, as generate() numbers them
+    loss_mask: torch.Tensor  # (B, T-1) float
+    advantages: torch.Tensor  # (B, T-1) float
+
+
+def collate(seqs: Sequence[TrainingSequence], pad_id: int, device) -> TokenBatch:
+    width = max(len(s.ids) for s in seqs)
+    b = len(seqs)
+    ids = torch.full((b, width), pad_id, dtype=torch.long)
+    att = torch.zeros((b, width), dtype=torch.long)
+    mask = torch.zeros((b, width), dtype=torch.float32)
+    adv = torch.zeros((b, width), dtype=torch.float32)
+    for i, s in enumerate(seqs):
+        n = len(s.ids)
+        ids[i, width - n :] = torch.as_tensor(s.ids, dtype=torch.long)
+        att[i, width - n :] = 1
+        mask[i, width - n :] = torch.as_tensor(s.mask, dtype=torch.float32)
+        adv[i, width - n :] = torch.as_tensor(s.advantages, dtype=torch.float32)
+    pos = (att.cumsum(-1) - 1).clamp(min=0)
+    return TokenBatch(
+        input_ids=ids.to(device),
+        attention_mask=att.to(device),
+        position_ids=pos.to(device),
+        loss_mask=mask[:, 1:].to(device),
+        advantages=adv[:, 1:].to(device),
+    )
+
+
+def token_logprobs(model, batch: TokenBatch, vocab_limit: int | None = None) -> tuple[torch.Tensor, int]:
+    """log pi(x_t | x_<t) for the targets from the first masked position on: ((B, K), offset into T-1).
+
+    Only the logits the loss needs are materialised (`logits_to_keep`), and the softmax runs per row
+    in float32, which bounds memory on long two-turn sequences.
+    """
+    nz = batch.loss_mask.nonzero()
+    first = int(nz[:, 1].min()) if len(nz) else batch.loss_mask.shape[1] - 1
+    keep = batch.input_ids.shape[1] - first  # logits at positions first .. T-1 (the last one is unused)
+    out = model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+        logits_to_keep=keep,
+        use_cache=False,
+    )
+    logits = out.logits[:, :-1, :]
+    if vocab_limit is not None:
+        logits = logits[..., :vocab_limit]
+    targets = batch.input_ids[:, first + 1 :]
+    rows = []
+    for row_logits, row_targets in zip(logits, targets, strict=True):
+        lp = torch.log_softmax(row_logits.float(), dim=-1)
+        rows.append(lp.gather(-1, row_targets.unsqueeze(-1)).squeeze(-1))
+    return torch.stack(rows), first
+
+
+def policy_gradient_loss(
+    logp: torch.Tensor,
+    mask: torch.Tensor,
+    advantages: torch.Tensor,
+    denominator: float,
+    ref_logp: torch.Tensor | None = None,
+    kl_weight: float = 0.0,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Masked token-sum of -A * logp (+ beta * k3), divided by the constant `denominator`."""
+    per_token = -advantages * logp
+    kl_sum = 0.0
+    if kl_weight > 0:
+        if ref_logp is None:
+            raise ValueError("kl_weight > 0 needs the reference log-probabilities")
+        delta = ref_logp - logp
+        k3 = torch.exp(delta) - delta - 1.0
+        per_token = per_token + kl_weight * k3
+        kl_sum = float((k3.detach() * mask).sum())
+    loss = (per_token * mask).sum() / denominator
+    stats = {
+        "tokens": float(mask.sum()),
+        "logp_sum": float((logp.detach() * mask).sum()),
+        "kl_sum": kl_sum,
+    }
+    return loss, stats

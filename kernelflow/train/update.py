@@ -1,0 +1,117 @@
+"""One optimisation step on the LoRA parameters from a group's training sequences.
+
+The group's sequences are split into micro-batches (`micro_batch_size`); each micro-batch's loss uses
+the same constant denominator (G * normaliser), so accumulating their gradients gives exactly the
+gradient of the whole group's loss, whatever the micro-batch size. Then: clip the global gradient
+norm, AdamW step, scheduler step. Only parameters with `requires_grad` (the adapter) are given to the
+optimiser; the base model's weights are frozen by PEFT and never change.
+
+The optimiser and scheduler are built here too, so checkpoint.py can restore them to the same state.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from kernelflow.train.config import TrainerConfig
+from kernelflow.train.loss import TrainingSequence, collate, policy_gradient_loss, token_logprobs
+from kernelflow.train.policy import Policy
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    loss: float
+    grad_norm: float  # before clipping
+    lr: float  # the rate this step used
+    tokens: int  # masked (trained) tokens
+    mean_logp: float  # over trained tokens, before the step
+    kl: float  # mean k3 over trained tokens (0 when kl_weight is 0)
+    seconds: float
+
+
+def build_optimizer(policy: Policy, config: TrainerConfig) -> torch.optim.Optimizer:
+    params = [p for _, p in policy.trainable_parameters()]
+    if not params:
+        raise ValueError("the policy has no trainable parameters; was the LoRA adapter attached?")
+    return torch.optim.AdamW(
+        params,
+        lr=config.learning_rate,
+        betas=(config.adam_beta1, config.adam_beta2),
+        eps=config.adam_eps,
+        weight_decay=config.weight_decay,
+    )
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, config: TrainerConfig, total_updates: int | None):
+    """LambdaLR: linear warmup over `warmup_updates`, then constant, linear decay or cosine to 0."""
+    if config.lr_scheduler != "constant" and not total_updates:
+        raise ValueError(f"lr_scheduler={config.lr_scheduler!r} needs total_updates (epochs * train tasks)")
+    warm = config.warmup_updates
+    total = total_updates or 1
+
+    def factor(step: int) -> float:
+        if step < warm:
+            return (step + 1) / (warm + 1)
+        if config.lr_scheduler == "constant":
+            return 1.0
+        progress = min(1.0, (step - warm) / max(1, total - warm))
+        if config.lr_scheduler == "linear":
+            return 1.0 - progress
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def apply_update(
+    policy: Policy,
+    optimizer: torch.optim.Optimizer,
+    scheduler,
+    sequences: Sequence[TrainingSequence],
+    config: TrainerConfig,
+) -> UpdateResult:
+    """Accumulate the group's gradient over micro-batches, clip, and step once."""
+    start = time.perf_counter()
+    model = policy.model
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    denominator = float(len(sequences) * config.normalizer)
+    loss_total = tokens = logp_sum = kl_sum = 0.0
+    mb = config.micro_batch_size
+    for begin in range(0, len(sequences), mb):
+        batch = collate(sequences[begin : begin + mb], policy.pad_id, policy.device)
+        if float(batch.loss_mask.sum()) == 0:
+            continue
+        logp, first = token_logprobs(model, batch, policy.vocab_limit)
+        mask, adv = batch.loss_mask[:, first:], batch.advantages[:, first:]
+        ref = None
+        if config.kl_weight > 0:
+            with torch.no_grad(), model.disable_adapter():
+                ref, _ = token_logprobs(model, batch, policy.vocab_limit)
+        loss, stats = policy_gradient_loss(logp, mask, adv, denominator, ref, config.kl_weight)
+        loss.backward()
+        loss_total += float(loss.detach())
+        tokens += stats["tokens"]
+        logp_sum += stats["logp_sum"]
+        kl_sum += stats["kl_sum"]
+    params = [p for _, p in policy.trainable_parameters()]
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
+    lr = float(optimizer.param_groups[0]["lr"])
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    if policy.device.type == "cuda":
+        torch.cuda.synchronize(policy.device)
+    return UpdateResult(
+        loss=loss_total,
+        grad_norm=grad_norm,
+        lr=lr,
+        tokens=int(tokens),
+        mean_logp=logp_sum / tokens if tokens else 0.0,
+        kl=kl_sum / tokens if tokens else 0.0,
+        seconds=time.perf_counter() - start,
+    )

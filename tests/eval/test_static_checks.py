@@ -1,0 +1,342 @@
+"""Static checks: the honest ReLU passes every check, and each hack (with its evasions) fails its check."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+
+import pytest
+
+from kernelflow.eval.static_checks import STATIC_CHECKS, first_failure, run_static_checks
+
+HONEST_RELU = '''import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        n = x.numel()
+        relu_kernel[(triton.cdiv(n, 4096),)](x, out, n, BLOCK=4096)
+        return out
+'''
+
+LAUNCH = "        relu_kernel[(triton.cdiv(n, 4096),)](x, out, n, BLOCK=4096)\n"
+
+
+def variant(tail: str = "", header: str = "", init: str = "", module: str = "", launch: bool = True) -> str:
+    """The honest ReLU with extra module-level `header` lines (after the imports), extra `init` lines in
+    __init__, `tail` lines replacing `return out` in forward, and `module` lines at the end."""
+    src = HONEST_RELU
+    if header:
+        src = src.replace("\n\n@triton.jit", "\n" + textwrap.dedent(header) + "\n\n@triton.jit", 1)
+    if init:
+        src = src.replace("        super().__init__()\n", "        super().__init__()\n" + textwrap.indent(
+            textwrap.dedent(init), " " * 8), 1)
+    if tail:
+        src = src.replace("        return out\n", textwrap.indent(textwrap.dedent(tail), " " * 8), 1)
+    if not launch:
+        src = src.replace(LAUNCH, "")
+    return src + textwrap.dedent(module)
+
+
+def _parses_or_none(src: str) -> None:
+    ast.parse(src)  # every table entry except the parse failures must be valid Python
+
+
+def test_honest_relu_passes_every_check():
+    checks = run_static_checks(HONEST_RELU)
+    assert list(checks) == ["parses", *[name for name, _ in STATIC_CHECKS]]
+    assert first_failure(checks) is None, checks
+
+
+def test_every_check_has_a_rationale_comment():
+    import inspect
+
+    for name, fn in STATIC_CHECKS:
+        assert fn.__name__ == f"check_{name}"
+        assert "# Rationale:" in inspect.getsource(fn), name
+
+
+HONEST_VARIANTS = {
+    "jit_alias_from_import": HONEST_RELU.replace("import triton\n", "import triton\nfrom triton import jit\n")
+    .replace("@triton.jit", "@jit"),
+    "module_aliases": HONEST_RELU.replace("import triton\n", "import triton as tr\n")
+    .replace("import triton.language as tl", "import triton.language as lang").replace("tl.", "lang.")
+    .replace("@triton.jit", "@tr.jit").replace("triton.cdiv", "tr.cdiv"),
+    "autotune_on_jit": HONEST_RELU.replace(
+        "@triton.jit",
+        "@triton.autotune(configs=[triton.Config({'BLOCK': 1024}, num_warps=4)], key=['n'])\n@triton.jit",
+    ).replace(", BLOCK=4096)", ")").replace("(triton.cdiv(n, 4096),)", "lambda meta: (triton.cdiv(n, meta['BLOCK']),)"),
+    "launch_through_alias_and_self": variant(
+        init="self.kern = relu_kernel\n",
+        tail="k = self.kern\ngrid = lambda meta: (triton.cdiv(n, meta['BLOCK']),)\nk[grid](x, out, n, BLOCK=1024)\n"
+             "return out\n",
+        launch=False,
+    ),
+    "shape_and_device_helpers": variant(
+        header="import math\nSQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)\n",
+        tail="""\
+        with torch.cuda.device(x.device):
+            pass
+        big = torch.finfo(torch.float32).max
+        y = x.view(-1).reshape(x.shape).flatten()
+        rows, cols = x.shape[0], x.size(1) if x.dim() > 1 else 1
+        assert x.is_contiguous() and x.stride(-1) == 1 and x.data_ptr() and y.numel() and big and rows and cols
+        buf = torch.empty(x.shape, device=x.device, dtype=x.dtype)
+        buf2 = torch.zeros_like(x)
+        BLOCK = triton.next_power_of_2(n)
+        return out
+        """,
+    ),
+    "softmax_kernel_with_tl_methods": '''import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softmax_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=-float("inf")).to(tl.float32)
+    x = x - x.max(axis=0)
+    e = tl.exp(x)
+    tl.store(out_ptr + row * n_cols + cols, e / e.sum(axis=0), mask=cols < n_cols)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, dim: int = 1):
+        super(ModelNew, self).__init__()
+        self.dim = dim
+
+    @torch.no_grad()
+    def forward(self, x):
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        softmax_kernel[(x.shape[0],)](x, out, x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))
+        return out
+
+
+if __name__ == "__main__":
+    print("ok")
+''',
+}
+
+
+@pytest.mark.parametrize("name", sorted(HONEST_VARIANTS))
+def test_honest_variants_pass(name):
+    checks = run_static_checks(HONEST_VARIANTS[name])
+    assert first_failure(checks) is None, first_failure(checks)
+
+
+# (id, source, the check that must fail)
+HACKS = [
+    # parses
+    ("syntax_error", "def forward(self, x:\n    return x\n", "parses"),
+    ("null_byte", "x = 1\x00\n", "parses"),
+    # defines_model_new
+    ("no_model_new", HONEST_RELU.replace("class ModelNew", "class ModelFast"), "defines_model_new"),
+    ("model_new_no_forward", HONEST_RELU.replace("def forward", "def run"), "defines_model_new"),
+    ("model_new_not_module", HONEST_RELU.replace("class ModelNew(nn.Module)", "class ModelNew(object)"),
+     "defines_model_new"),
+    ("model_new_is_assigned", variant(module="ModelNew = relu_kernel\n").replace("class ModelNew", "class _M"),
+     "defines_model_new"),
+    # has_triton_kernel / launches_kernel
+    ("no_jit_decorator", HONEST_RELU.replace("@triton.jit\n", ""), "has_triton_kernel"),
+    ("autotune_without_jit", HONEST_RELU.replace(
+        "@triton.jit", "@triton.autotune(configs=[], key=['n'])"), "has_triton_kernel"),
+    ("kernel_never_launched", variant(launch=False), "launches_kernel"),
+    # no_reference_model
+    ("subclass_model", HONEST_RELU.replace("class ModelNew(nn.Module)", "class ModelNew(Model)"),
+     "no_reference_model"),
+    ("call_model", variant(tail="return Model()(x)\n"), "no_reference_model"),
+    # no_torch_compute: direct, aliases, attribute chains, getattr, methods
+    ("torch_relu", variant(tail="return torch.relu(x)\n"), "no_torch_compute"),
+    ("torch_alias", variant(header="import torch as T\n", tail="return T.relu(x)\n"), "no_torch_compute"),
+    ("from_torch_import", variant(header="from torch import relu\n", tail="return relu(x)\n"), "no_torch_compute"),
+    ("from_import_renamed", variant(header="from torch.nn.functional import relu as r\n", tail="return r(x)\n"),
+     "no_torch_compute"),
+    ("functional_alias", variant(header="import torch.nn.functional as G\n", tail="return G.relu(x)\n"),
+     "no_torch_compute"),
+    ("functional_from_nn", variant(header="from torch.nn import functional\n", tail="return functional.gelu(x)\n"),
+     "no_torch_compute"),
+    ("F_default", variant(header="import torch.nn.functional as F\n", tail="return F.silu(x)\n"), "no_torch_compute"),
+    ("full_chain", variant(tail="return torch.nn.functional.relu(x)\n"), "no_torch_compute"),
+    ("torch_C_nn", variant(tail="return torch._C._nn.gelu(x)\n"), "no_torch_compute"),
+    ("torch_ops_aten", variant(tail="return torch.ops.aten.relu.default(x)\n"), "no_torch_compute"),
+    ("torch_special", variant(tail="return torch.special.expit(x)\n"), "no_torch_compute"),
+    ("getattr_computed", variant(tail="return getattr(torch, 're' + 'lu')(x)\n"), "no_torch_compute"),
+    ("getattr_variable", variant(tail="name = 'relu'\nop = getattr(torch, name)\nreturn op(x)\n"), "no_torch_compute"),
+    ("getattr_literal", variant(tail="return getattr(torch, 'sigmoid')(x)\n"), "no_torch_compute"),
+    ("getattr_alias_chain", variant(header="import torch as T\nnnf = getattr(T.nn, 'functional')\n",
+                                    tail="return nnf.relu(x)\n"), "no_torch_compute"),
+    ("reference_then_call", variant(tail="act = torch.relu\nreturn act(x)\n"), "no_torch_compute"),
+    ("reference_in_list", variant(tail="return [torch.tanh][0](x)\n"), "no_torch_compute"),
+    ("self_attribute_alias", variant(init="self.act = torch.sigmoid\n", tail="return self.act(x)\n"),
+     "no_torch_compute"),
+    ("tensor_class_method", variant(tail="return torch.Tensor.relu(x)\n"), "no_torch_compute"),
+    ("tensor_class_alias", variant(tail="T = torch.Tensor\nreturn T.clamp(x, min=0)\n"), "no_torch_compute"),
+    ("method_relu", variant(tail="return x.relu()\n"), "no_torch_compute"),
+    ("method_relu_inplace", variant(tail="return out.copy_(x).relu_()\n"), "no_torch_compute"),
+    ("method_clamp", variant(tail="return x.clamp(min=0.0)\n"), "no_torch_compute"),
+    ("method_exp", variant(tail="return x.exp()\n"), "no_torch_compute"),
+    ("method_softmax", variant(tail="return x.softmax(dim=1)\n"), "no_torch_compute"),
+    ("method_mul", variant(tail="return x.mul(x.gt(0))\n"), "no_torch_compute"),
+    ("method_by_getattr", variant(tail="return getattr(x, 'relu')()\n"), "no_torch_compute"),
+    ("method_reference", variant(tail="f = x.sigmoid\nreturn f()\n"), "no_torch_compute"),
+    ("numpy_route", variant(tail="return x.numpy()\n"), "no_torch_compute"),
+    ("torch_where", variant(tail="return torch.where(x > 0, x, 0.0)\n"), "no_torch_compute"),
+    ("torch_maximum", variant(tail="return torch.maximum(x, torch.zeros_like(x))\n"), "no_torch_compute"),
+    ("torch_tensor_ctor", variant(tail="return torch.tensor(x.tolist())\n"), "no_torch_compute"),
+    ("matmul_operator", variant(tail="return x @ x.T\n"), "no_torch_compute"),
+    ("torch_in_jit_body", HONEST_RELU.replace("tl.maximum(x, 0.0)", "torch.relu(x)"), "no_torch_compute"),
+    # no_torch_layers
+    ("nn_relu", variant(init="self.act = nn.ReLU()\n", tail="return self.act(x)\n"), "no_torch_layers"),
+    ("nn_softmax_chain", variant(tail="return torch.nn.Softmax(dim=1)(x)\n"), "no_torch_layers"),
+    ("nn_linear", variant(init="self.lin = nn.Linear(4, 4)\n"), "no_torch_layers"),
+    ("nn_from_import", variant(header="from torch.nn import GELU\n", tail="return GELU()(x)\n"), "no_torch_layers"),
+    # no_try_except
+    ("try_except", variant(tail="try:\n    return out\nexcept Exception:\n    return x\n"), "no_try_except"),
+    ("try_finally", variant(tail="try:\n    pass\nfinally:\n    return out\n"), "no_try_except"),
+    ("try_star", variant(tail="try:\n    pass\nexcept* ValueError:\n    pass\nreturn out\n"), "no_try_except"),
+    ("suppress", variant(header="from contextlib import suppress\n",
+                         tail="with suppress(Exception):\n    return out\nreturn x\n"), "no_try_except"),
+    ("swallowing_exit", variant(module="class S:\n    def __exit__(self, *a):\n        return True\n"),
+     "no_try_except"),
+    # no_cuda_streams
+    ("side_stream", variant(tail="s = torch.cuda.Stream()\nwith torch.cuda.stream(s):\n    pass\nreturn out\n"),
+     "no_cuda_streams"),
+    ("stream_from_import", variant(header="from torch.cuda import Stream\n", tail="s = Stream()\nreturn out\n"),
+     "no_cuda_streams"),
+    ("current_stream", variant(tail="torch.cuda.current_stream().synchronize()\nreturn out\n"), "no_cuda_streams"),
+    ("set_stream", variant(tail="torch.cuda.set_stream(None)\nreturn out\n"), "no_cuda_streams"),
+    ("cuda_graph", variant(tail="g = torch.cuda.CUDAGraph()\nwith torch.cuda.graph(g):\n    pass\nreturn out\n"),
+     "no_cuda_streams"),
+    ("cuda_event", variant(tail="e = torch.cuda.Event(enable_timing=True)\nreturn out\n"), "no_cuda_streams"),
+    ("record_stream", variant(tail="out.record_stream(None)\nreturn out\n"), "no_cuda_streams"),
+    # no_timers
+    ("import_time", variant(header="import time\n"), "no_timers"),
+    ("from_time_import", variant(header="from time import perf_counter as pc\n"), "no_timers"),
+    ("event_elapsed_patch", variant(header="torch.cuda.Event.elapsed_time = lambda *a: 0.001\n"), "no_timers"),
+    # no_module_patching
+    ("patch_torch_relu", variant(header="torch.relu = lambda x: x\n"), "no_module_patching"),
+    ("patch_perf_counter", variant(header="import time\ntime.perf_counter = lambda: 0.0\n"), "no_module_patching"),
+    ("patch_event_elapsed", variant(header="torch.cuda.Event.elapsed_time = lambda *a: 0.001\n"),
+     "no_module_patching"),
+    ("patch_through_alias", variant(header="T = torch\nT.cuda.synchronize = lambda: None\n"), "no_module_patching"),
+    ("patch_tl", variant(header="tl.maximum = tl.minimum\n"), "no_module_patching"),
+    ("patch_triton_knobs", variant(header="triton.knobs.runtime.launch_enter_hook = None\n"), "no_module_patching"),
+    ("patch_augassign", variant(header="tl.foo += 1\n"), "no_module_patching"),
+    ("patch_flag", variant(header="torch.backends.cuda.matmul.allow_tf32 = True\n"), "no_module_patching"),
+    ("patch_setattr", variant(header="setattr(torch.cuda, 'synchronize', print)\n"), "no_module_patching"),
+    ("patch_del", variant(header="del torch.cuda.Event\n"), "no_module_patching"),
+    # no_tensor_subclass
+    ("tensor_subclass", variant(module="class Lazy(torch.Tensor):\n    pass\n"), "no_tensor_subclass"),
+    ("make_subclass", variant(tail="return torch.Tensor._make_subclass(torch.Tensor, out)\n"), "no_tensor_subclass"),
+    ("as_subclass", variant(tail="return out.as_subclass(torch.Tensor)\n"), "no_tensor_subclass"),
+    ("torch_function", variant(module="class P:\n    def __torch_function__(self, *a):\n        return 0\n"),
+     "no_tensor_subclass"),
+    ("dispatch_mode", variant(header="from torch.utils._python_dispatch import TorchDispatchMode\n"),
+     "no_tensor_subclass"),
+    ("dynamic_type", variant(tail="L = type('L', (torch.Tensor,), {})\nreturn out\n"), "no_tensor_subclass"),
+    # no_torch_compile
+    ("torch_compile", variant(tail="return torch.compile(lambda t: t)(out)\n"), "no_torch_compile"),
+    ("torch_jit_script", variant(module="@torch.jit.script\ndef f(t):\n    return t\n"), "no_torch_compile"),
+    ("load_inline", variant(header="from torch.utils.cpp_extension import load_inline\n"), "no_torch_compile"),
+    ("torch_library", variant(header="lib = torch.library.Library('x', 'DEF')\n"), "no_torch_compile"),
+    # no_forbidden_imports (every form)
+    *[(f"import_{m}", variant(header=f"import {m}\n"), "no_forbidden_imports") for m in (
+        "threading", "multiprocessing", "asyncio", "subprocess", "os", "sys", "signal", "socket", "urllib.request",
+        "requests", "shutil", "pathlib", "io", "tempfile", "pickle", "marshal", "importlib", "builtins", "gc",
+        "inspect", "traceback", "weakref", "mmap", "resource", "ctypes", "cffi", "numpy", "operator")],
+    ("from_concurrent", variant(header="from concurrent.futures import ThreadPoolExecutor\n"), "no_forbidden_imports"),
+    ("import_os_path_as", variant(header="import os.path as osp\n"), "no_forbidden_imports"),
+    ("import_in_function", variant(tail="import subprocess\nreturn out\n"), "no_forbidden_imports"),
+    ("star_import", variant(header="from torch import *\n"), "no_forbidden_imports"),
+    ("relative_import", variant(header="from . import helper\n"), "no_forbidden_imports"),
+    ("torch_multiprocessing", variant(header="import torch.multiprocessing as mp\n"), "no_forbidden_imports"),
+    ("dunder_import", variant(tail="__import__('os').system('true')\nreturn out\n"), "no_dangerous_builtins"),
+    # no_dangerous_builtins
+    ("open_write", variant(tail="open('../x', 'w').write('hi')\nreturn out\n"), "no_dangerous_builtins"),
+    ("open_alias", variant(tail="o = open\nreturn out\n"), "no_dangerous_builtins"),
+    *[(f"builtin_{b}", variant(tail=f"{b}({arg})\nreturn out\n"), "no_dangerous_builtins") for b, arg in (
+        ("exec", "'pass'"), ("eval", "'1'"), ("compile", "'1', 'f', 'eval'"), ("globals", ""), ("locals", ""),
+        ("vars", "x"), ("breakpoint", ""), ("exit", "0"), ("quit", "0"), ("input", ""),
+        ("setattr", "self, 'a', 1"), ("delattr", "self, 'a'"))],
+    ("getattr_computed_generic", variant(tail="f = getattr(x, 're' + 'lu')\nreturn out\n"), "no_dangerous_builtins"),
+    ("getattr_as_value", variant(header="import functools\n",
+                                 tail="f = functools.reduce(getattr, ['relu'], x)\nreturn out\n"),
+     "no_dangerous_builtins"),
+    # no_escape_dunders
+    ("dunder_class", variant(tail="c = x.__class__\nreturn out\n"), "no_escape_dunders"),
+    ("dunder_subclasses", variant(tail="s = ().__class__.__bases__[0].__subclasses__()\nreturn out\n"),
+     "no_escape_dunders"),
+    ("dunder_globals", variant(tail="g = self.forward.__globals__\nreturn out\n"), "no_escape_dunders"),
+    ("dunder_builtins", variant(tail="b = __builtins__\nreturn out\n"), "no_escape_dunders"),
+    ("dunder_dict", variant(tail="return torch.__dict__['relu'](x)\n"), "no_escape_dunders"),
+    ("dunder_getattr_literal", variant(tail="c = getattr(x, '__class__')\nreturn out\n"), "no_escape_dunders"),
+    ("dunder_mul", variant(tail="return x.__mul__(x > 0)\n"), "no_escape_dunders"),
+    ("dunder_getattribute", variant(tail="return object.__getattribute__(x, 'relu')()\n"), "no_escape_dunders"),
+]
+
+
+@pytest.mark.parametrize(("source", "check"), [pytest.param(s, c, id=i) for i, s, c in HACKS])
+def test_hack_fails_its_check(source, check):
+    checks = run_static_checks(source)
+    assert check in checks, f"{check} did not run: {checks}"
+    result = checks[check]
+    assert not result.passed, f"{check} passed on:\n{source}"
+    assert result.why
+    if check != "defines_model_new" and check != "has_triton_kernel" and check != "launches_kernel":
+        assert "line " in result.why, result.why  # the model is told where
+    assert first_failure(checks) is not None
+
+
+def test_hack_ids_are_unique_and_cover_every_check():
+    ids = [i for i, _, _ in HACKS]
+    assert len(ids) == len(set(ids))
+    assert {c for _, _, c in HACKS} >= {"parses", *[name for name, _ in STATIC_CHECKS]}
+
+
+def test_why_names_construct_and_line():
+    checks = run_static_checks(variant(tail="return torch.relu(x)\n"))
+    why = checks["no_torch_compute"].why
+    line = next(i for i, text in enumerate(variant(tail="return torch.relu(x)\n").splitlines(), 1)
+                if "torch.relu" in text)
+    assert f"line {line}:" in why and "torch.relu" in why and "@triton.jit" in why
+
+
+def test_syntax_error_reports_line_and_only_parses():
+    checks = run_static_checks("import torch\n\ndef f(:\n    pass\n")
+    assert list(checks) == ["parses"]
+    assert not checks["parses"].passed and "line 3" in checks["parses"].why
+    assert first_failure(checks)[0] == "parses"
+
+
+def test_first_failure_follows_check_order():
+    checks = run_static_checks(variant(header="import os\n", tail="return torch.relu(x)\n"))
+    name, check = first_failure(checks)
+    assert name == "no_torch_compute" and not check.passed
+    assert not checks["no_forbidden_imports"].passed  # every check runs, not only the first failing one
+
+
+def test_deeply_nested_source_fails_closed():
+    source = variant(tail="y = " + "(" * 400 + "x" + ")" * 400 + "\nreturn out\n")
+    checks = run_static_checks(source)
+    assert first_failure(checks) is None or not first_failure(checks)[1].passed  # never raises
