@@ -1,9 +1,9 @@
 """The honest Triton solutions (tests/fixtures/solutions/) are correct, well-formed positive controls.
 
 Every later test and the GPU benchmark rely on these files passing, so they are checked here in
-process under the Triton interpreter: against the float64 reference within the task's tolerance at
-the small and the odd small shape with two seeds, on extreme values, on non-contiguous inputs and
-on rows of the full profile's (odd) length. They are also checked for the submission format (the
+process (under the Triton interpreter on a CPU-only host, compiled on a GPU host): against the
+float64 reference within the task's tolerance at the small and the odd small shape with two seeds,
+on extreme values, on non-contiguous inputs and on rows of the full profile's (odd) length. They are also checked for the submission format (the
 reference's signatures, raw-module extractable) and for honesty (forward only allocates, views and
 launches; no torch math, no F.*, no try/except).
 """
@@ -28,6 +28,8 @@ from tests.helpers.solutions import (
 
 ALL_IDS = list(TASKS)
 SEEDS = (0, 1)
+# Under the interpreter on a CPU-only host; on a GPU host the same checks run compiled, on the GPU.
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 _MODULES: dict[str, object] = {}
 
 
@@ -145,7 +147,7 @@ def test_solution_does_its_math_in_triton(task_id):
 @pytest.mark.parametrize("task_id", ALL_IDS)
 def test_solution_matches_the_reference(task_id, odd, seed):
     shape = TASKS[task_id].shape("small", odd=odd)
-    _run_and_check(task_id, generate_input(shape, seed=seed))
+    _run_and_check(task_id, generate_input(shape, seed=seed, device=DEVICE))
 
 
 EXTREMES = [-100.0, -89.0, -88.5, -30.0, -10.5, -3.0, -1.0, -1e-4, -1e-7, -0.0, 0.0, 1e-7, 1e-4, 0.0625,
@@ -155,10 +157,11 @@ EXTREMES = [-100.0, -89.0, -88.5, -30.0, -10.5, -3.0, -1.0, -1e-4, -1e-7, -0.0, 
 @pytest.mark.parametrize("task_id", ALL_IDS)
 def test_solution_is_finite_and_accurate_at_extreme_values(task_id):
     """exp overflow paths (+-88.7 is where fp32 exp overflows), the clamps, and tiny |x| near 0."""
-    x = generate_input(TASKS[task_id].shape("small", odd=True), seed=2)
-    x[0, : len(EXTREMES)] = torch.tensor(EXTREMES)
+    x = generate_input(TASKS[task_id].shape("small", odd=True), seed=2, device=DEVICE)
+    extremes = torch.tensor(EXTREMES, device=DEVICE)
+    x[0, : len(EXTREMES)] = extremes
     x[1, :] = 100.0  # a whole row at the maximum outlier (softmax of a constant row)
-    x[2, -len(EXTREMES):] = -torch.tensor(EXTREMES)
+    x[2, -len(EXTREMES):] = -extremes
     out = _run_and_check(task_id, x)
     assert torch.isfinite(out).all()
 
@@ -166,7 +169,7 @@ def test_solution_is_finite_and_accurate_at_extreme_values(task_id):
 @pytest.mark.parametrize("task_id", ALL_IDS)
 def test_solution_handles_a_non_contiguous_input(task_id):
     rows, cols = TASKS[task_id].shape("small", odd=True)
-    base = generate_input((cols, rows), seed=3)
+    base = generate_input((cols, rows), seed=3, device=DEVICE)
     x = base.t()
     assert not x.is_contiguous()
     _run_and_check(task_id, x)
@@ -176,4 +179,4 @@ def test_solution_handles_a_non_contiguous_input(task_id):
 def test_solution_at_full_profile_row_length(task_id):
     """Two rows of the full profile's odd row length: many chunks per row, and a ragged last chunk."""
     cols = TASKS[task_id].shape("full", odd=True)[1]
-    _run_and_check(task_id, generate_input((2, cols), seed=0))
+    _run_and_check(task_id, generate_input((2, cols), seed=0, device=DEVICE))

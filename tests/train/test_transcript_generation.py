@@ -70,7 +70,9 @@ def test_generation_is_batched_cut_and_reproducible(policy):
     greedy = generate(policy, prompts, SamplingSettings(max_new_tokens=12, do_sample=False))
     greedy2 = generate(policy, prompts, SamplingSettings(max_new_tokens=12, do_sample=False))
     assert [c.ids for c in greedy.completions] == [c.ids for c in greedy2.completions]
-    assert policy.model.training is False or policy.model.training is True  # mode restored, no crash
+    policy.model.train()
+    generate(policy, prompts[:1], SamplingSettings(max_new_tokens=2))
+    assert policy.model.training  # generation runs in eval mode and restores the caller's mode
 
 
 def test_training_forward_matches_generation_logprobs_with_left_padding(policy):
@@ -98,4 +100,4 @@ def test_training_forward_matches_generation_logprobs_with_left_padding(policy):
     with torch.no_grad():
         logp, first = token_logprobs(policy.model, batch, policy.vocab_limit)
     train_logp = logp[:, -6:]
-    assert torch.allclose(train_logp, gen_logp, atol=1e-4), (train_logp, gen_logp)
+    assert (train_logp - gen_logp).abs().max() < 1e-5, (train_logp, gen_logp)

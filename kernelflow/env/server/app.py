@@ -104,7 +104,7 @@ def create_kernel_app(config: EnvServerConfig, evaluator: EvaluatorLike | None =
             log.exception("closing the evaluator failed")
 
     app.router.on_shutdown.append(_close_evaluator)
-    app.add_middleware(DisconnectGuard)
+    app.add_middleware(WebSocketGuard)
     app.add_middleware(AccessMiddleware, token=config.token)  # added last: runs first
     app.state.kernelflow_server = server
     app.state.kernelflow_evaluator = evaluator
@@ -112,13 +112,16 @@ def create_kernel_app(config: EnvServerConfig, evaluator: EvaluatorLike | None =
     return app
 
 
-class DisconnectGuard:
-    """Log a client that left mid-evaluation as one line instead of OpenEnv's chained traceback.
+class WebSocketGuard:
+    """Two repairs around OpenEnv's WebSocket session loop, at the ASGI level.
 
-    OpenEnv's session loop notices a vanished client only when it sends the step's reply; its error
-    handling then tries to send twice more and the exception escapes to uvicorn. By then the
-    evaluation has finished (its worker slot is back) and the session is closed: nothing leaks, so
-    this is worth a log line, not an ERROR with three tracebacks.
+    - A frame that is valid JSON but not an object (`[]`, `"reset"`), or a binary frame, crashes
+      OpenEnv's loop and ends the session; here it gets an `INVALID_JSON` error frame instead and is
+      not passed on, so the session stays usable.
+    - A client that left mid-evaluation is noticed only when its reply is sent; OpenEnv's error
+      handling then fails twice more and the exception reaches uvicorn as three chained tracebacks.
+      By then the evaluation has finished (its worker slot is back) and the session is closed, so
+      this is logged as one line instead.
     """
 
     def __init__(self, app: Any):
@@ -138,12 +141,37 @@ class DisconnectGuard:
                 gone = True
                 raise
 
+        async def guarded_receive():
+            while True:
+                message = await receive()
+                if message.get("type") != "websocket.receive":
+                    return message
+                problem = _frame_problem(message)
+                if problem is None:
+                    return message
+                frame = {"type": "error", "data": {"message": problem, "code": "INVALID_JSON"}}
+                await guarded_send({"type": "websocket.send", "text": json.dumps(frame)})
+
         try:
-            await self.app(scope, receive, guarded_send)
+            await self.app(scope, guarded_receive, guarded_send)
         except Exception as exc:
             if not gone:
                 raise
             log.info("a client left before its reply could be sent (%s); its session is closed", type(exc).__name__)
+
+
+def _frame_problem(message: dict) -> str | None:
+    """Why a received WebSocket frame cannot be a protocol message (None when it may be one)."""
+    text = message.get("text")
+    if text is None:
+        return "binary frames are not accepted; send JSON text such as {\"type\": \"reset\", \"data\": {...}}"
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None  # OpenEnv answers invalid JSON itself, keeping the session
+    if not isinstance(value, dict):
+        return f"a message must be a JSON object such as {{\"type\": \"step\", \"data\": {{...}}}}, not {type(value).__name__}"
+    return None
 
 
 def env_config_hash(config: EnvServerConfig, eval_config_hash: str | None) -> str:

@@ -1,0 +1,102 @@
+"""The evaluator on a real GPU: timing, side streams, a corrupted CUDA context, repeatability.
+
+Run with `pytest -m gpu` on a CUDA host. Performance targets (reward > 2.7 for the elementwise
+controls, the 2% repeatability of the ReLU control) are shown by benchmarks/controls.py, not here;
+these tests assert behaviour: a timed verdict with sane fields, that side-stream work is counted,
+and that the evaluator survives an illegal memory access.
+"""
+
+import pytest
+
+from kernelflow.eval import EvalConfig, Evaluator
+from tests.helpers.solutions import solution_source
+
+pytestmark = pytest.mark.gpu
+
+SIDE_STREAM_RELU = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = torch.empty_like(x)
+        n = x.numel()
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            relu_kernel[(triton.cdiv(n, 4096),)](x, out, n, BLOCK=4096, num_warps=8)
+        return out
+'''
+
+ILLEGAL_ADDRESS = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def wild_store(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(out_ptr + offs + (1 << 40), x)  # far outside any allocation
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = torch.empty_like(x)
+        n = x.numel()
+        wild_store[(triton.cdiv(n, 1024),)](x, out, n, BLOCK=1024)
+        return out
+'''
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    return Evaluator(EvalConfig(backend="cuda", shape="small", timed_runs=10, timeout_s=300))
+
+
+def test_honest_relu_is_timed_and_rewarded(evaluator):
+    v = evaluator.evaluate("19_ReLU", solution_source("19_ReLU"))
+    assert v.status == "ok", v.feedback
+    assert v.timed and v.runtime_ms > 0 and v.t_min_ms > 0 and v.eager_ms > 0
+    assert v.runtime_min_ms <= v.runtime_ms <= v.runtime_max_ms
+    assert 0.3 < v.reward <= 3.0
+    assert 0 < v.roofline_fraction <= 1
+
+
+def test_side_stream_work_is_counted(evaluator):
+    honest = evaluator.evaluate("19_ReLU", solution_source("19_ReLU"), shape="full")
+    # Static checks reject streams outright; switch them off to show the timing itself is not fooled.
+    side = Evaluator(EvalConfig(backend="cuda", shape="full", timed_runs=10, static_checks=False, timeout_s=300))
+    v = side.evaluate("19_ReLU", SIDE_STREAM_RELU)
+    assert v.status == "ok", v.feedback
+    assert v.runtime_ms > 0.8 * honest.runtime_ms, (v.runtime_ms, honest.runtime_ms)
+
+
+def test_static_checks_reject_side_streams(evaluator):
+    assert evaluator.evaluate("19_ReLU", SIDE_STREAM_RELU).status == "static_rejected"
+
+
+def test_illegal_address_gets_a_verdict_and_the_next_submission_is_judged(evaluator):
+    v = evaluator.evaluate("19_ReLU", ILLEGAL_ADDRESS)
+    assert v.status in ("runtime_error", "crashed"), v.feedback
+    assert v.reward == 0
+    after = evaluator.evaluate("19_ReLU", solution_source("19_ReLU"))
+    assert after.status == "ok", after.feedback
+
+
+def test_full_shape_softmax_control_is_correct_and_timed():
+    ev = Evaluator(EvalConfig(backend="cuda", shape="full", timed_runs=5, timeout_s=600))
+    v = ev.evaluate("23_Softmax", solution_source("23_Softmax"))
+    assert v.status == "ok", v.feedback
+    assert v.timed and v.t_min_ms < v.runtime_ms

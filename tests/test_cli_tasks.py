@@ -1,0 +1,83 @@
+"""`kernelflow tasks` and `kernelflow prompt`, driven in process through `kernelflow.cli.main`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kernelflow.cli import main
+from kernelflow.tasks import TASKS, build_prompt_text
+
+EXPECTED_GROUPS = {
+    "train": ["19_ReLU", "20_LeakyReLU", "21_Sigmoid", "22_Tanh"],
+    "reserved": ["25_Swish", "28_HardSigmoid", "32_HardTanh"],
+    "heldout": ["23_Softmax", "24_LogSoftmax", "88_MinGPTNewGelu"],
+}
+
+
+def _sections(stdout: str) -> dict[str, list[str]]:
+    """Heading -> task ids listed under it, in order."""
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in stdout.splitlines():
+        if not line.strip():
+            continue
+        if not line.startswith(" ") and line.rstrip().endswith(":"):
+            current = line.rstrip()[:-1]
+            assert current not in sections, f"heading {current!r} printed twice"
+            sections[current] = []
+        else:
+            assert current is not None, f"task line before any heading: {line!r}"
+            sections[current].append(line.split()[0])
+    return sections
+
+
+def test_tasks_lists_the_ten_ids_under_their_group_headings(capsys):
+    assert main(["tasks"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    sections = _sections(out)
+    assert list(sections) == ["train", "reserved", "heldout"]
+    assert sections == EXPECTED_GROUPS
+
+
+def test_tasks_shows_both_shape_profiles(capsys):
+    main(["tasks"])
+    out = capsys.readouterr().out
+    relu = next(line for line in out.splitlines() if "19_ReLU" in line)
+    assert "16x4099" in relu and "4096x393216" in relu
+    gelu = next(line for line in out.splitlines() if "88_MinGPTNewGelu" in line)
+    assert "8192x8192" in gelu
+
+
+def test_tasks_json_is_the_metadata(capsys):
+    assert main(["tasks", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [d["task_id"] for d in data] == list(TASKS)
+    assert data == [t.to_dict() for t in TASKS.values()]
+
+
+@pytest.mark.parametrize("task_id", list(TASKS))
+def test_prompt_prints_the_prompt_for_every_task(task_id, capsys):
+    assert main(["prompt", task_id]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert out == build_prompt_text(TASKS[task_id]) + "\n"
+    assert TASKS[task_id].source in out
+    assert "ModelNew" in out
+
+
+def test_prompt_with_an_unknown_id_exits_2_naming_it(capsys):
+    assert main(["prompt", "99_NoSuchTask"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "99_NoSuchTask" in err
+    assert "19_ReLU" in err  # the message lists the known ids
+
+
+def test_no_command_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([])
+    assert exc.value.code == 2
+    assert "usage" in capsys.readouterr().err.lower()
