@@ -32,7 +32,12 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def _cmd_prompt(args: argparse.Namespace) -> int:
-    print(build_prompt_text(get_task(args.task_id)))
+    try:
+        task = get_task(args.task_id)
+    except KeyError as exc:
+        print(f"kernelflow: {exc.args[0]}", file=sys.stderr)
+        return 2
+    print(build_prompt_text(task))
     return 0
 
 
@@ -80,11 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except KeyError as exc:  # unknown task id
-        print(f"kernelflow: {exc.args[0]}", file=sys.stderr)
-        return 2
+    return args.func(args)
 
 
 if __name__ == "__main__":

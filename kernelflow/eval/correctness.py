@@ -62,7 +62,7 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tolerance: Tolerance) -> Compa
         err = torch.where(same_nonfinite, torch.zeros_like(err), err)
         err = torch.nan_to_num(err, nan=float("inf"), posinf=float("inf"))
         bound = tolerance.atol + tolerance.rtol * torch.nan_to_num(r.abs(), nan=0.0, posinf=0.0)
-        v = err / bound
+        v = torch.where(err == 0, torch.zeros_like(err), err / bound)  # 0/0 when atol = 0 and out = ref = 0
         chunk_max_abs = float(err.max()) if err.numel() else 0.0
         max_abs = max(max_abs, chunk_max_abs)
         if v.numel():
@@ -88,9 +88,11 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tolerance: Tolerance) -> Compa
 
 
 def reference_output(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """The task's reference forward in float64 on `x`'s device (inputs upcast, never modified)."""
+    """The task's reference forward in float64 on `x`'s device (a float64 copy of the module; x unchanged)."""
+    import copy
+
     with torch.no_grad():
-        return module.to(torch.float64)(x.to(torch.float64))
+        return copy.deepcopy(module).to(torch.float64)(x.to(torch.float64))
 
 
 def merge(results: list[CompareResult]) -> CompareResult:

@@ -41,8 +41,9 @@ _MODULE_REASONS = {
                     "reaches native memory or process state"),
     **dict.fromkeys(("socket", "http", "urllib", "requests", "ssl"), "opens network connections"),
     **dict.fromkeys(("gc", "inspect", "traceback", "weakref", "sys", "builtins", "importlib", "types", "pkgutil",
-                     "runpy", "code", "dis", "pickle", "marshal", "copyreg", "shelve", "contextlib", "operator"),
+                     "runpy", "code", "dis", "pickle", "marshal", "copyreg", "shelve"),
                     "introspects or rewires the interpreter (object scans, frames, dynamic imports)"),
+    **dict.fromkeys(("operator", "contextlib"), "hides what runs (methodcaller, attrgetter) or swallows errors"),
     **dict.fromkeys(("time", "timeit", "datetime"), "reads or replaces timers"),
     **dict.fromkeys(("numpy", "scipy", "cupy", "numba", "jax", "tensorflow", "pandas"),
                     "computes outside Triton"),
@@ -159,9 +160,9 @@ class Analysis:
         while changed:
             changed = False
             for target, value in self._pairs():
-                key = _key(target)
-                if key and key not in self.kernel_names and _tail(value) in self.kernel_names:
-                    self.kernel_names.add(key.split(".")[-1])
+                name = _tail(target) if _key(target) else None
+                if name and name not in self.kernel_names and _tail(value) in self.kernel_names:
+                    self.kernel_names.add(name)
                     changed = True
 
     def _pairs(self):
@@ -450,7 +451,8 @@ def check_no_cuda_streams(tree: ast.Module, source: str) -> Check:
     found = _classified(a, "no_cuda_streams")
     for n in a.nodes:
         if isinstance(n, ast.Attribute) and (n.attr in STREAM_ATTRS or "stream" in n.attr.lower()) \
-                and not (a.qual(n) or "").startswith("triton.language"):
+                and not (a.qual(n) or "").startswith("triton.language") \
+                and (classify(a.qual(n) or "") or ("",))[0] != "no_cuda_streams":
             found.add(n, f"`.{n.attr}` touches CUDA streams or graphs")
     return found.check()
 
@@ -495,7 +497,8 @@ def check_no_timers(tree: ast.Module, source: str) -> Check:
     a = _analysis(tree)
     found = _classified(a, "no_timers")
     for n in a.nodes:
-        if isinstance(n, ast.Attribute) and n.attr in TIMER_ATTRS and not classify(a.qual(n) or ""):
+        if isinstance(n, ast.Attribute) and n.attr in TIMER_ATTRS \
+                and (classify(a.qual(n) or "") or ("",))[0] != "no_timers":
             found.add(n, f"`.{n.attr}` reads or replaces a timer")
     return found.check()
 

@@ -48,8 +48,10 @@ def generate_input(
     out.normal_(0.0, SIGMA, generator=gen)
     flat = out.view(-1)
     n = flat.numel()
-    k = max(1, int(n * OUTLIER_SHARE))
-    idx = torch.randint(0, n, (k,), generator=gen, device=device)
+    # unique() because index assignment with repeated indices is nondeterministic on CUDA: the same
+    # seed must give the same tensor bit for bit (the judge regenerates inputs to check them).
+    idx = torch.unique(torch.randint(0, n, (max(1, int(n * OUTLIER_SHARE)),), generator=gen, device=device))
+    k = idx.numel()
     mag = torch.empty(k, device=device, dtype=torch.float32).uniform_(OUTLIER_MIN, OUTLIER_MAX, generator=gen)
     sign = torch.randint(0, 2, (k,), generator=gen, device=device, dtype=torch.int8).to(torch.float32) * 2 - 1
     flat[idx] = (mag * sign).to(dtype)

@@ -101,7 +101,19 @@ FEEDBACK_TEMPLATE = """Your kernel was judged.
 
 Write an improved version. Answer with one ```python code block holding the complete module."""
 
-_FENCE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+_FENCE_LINE = re.compile(r"^[ \t]*```[ \t]*([\w+.-]*)[ \t]*$", re.MULTILINE)
+_PYTHON_TAGS = ("", "python", "py", "python3")
+
+
+def _fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """(tag, body) of each fenced block, fences paired in order; an unclosed last fence runs to the end."""
+    fences = list(_FENCE_LINE.finditer(text))
+    blocks = []
+    for i in range(0, len(fences), 2):
+        opening = fences[i]
+        end = fences[i + 1].start() if i + 1 < len(fences) else len(text)
+        blocks.append((opening.group(1).lower(), text[opening.end() + 1:end]))
+    return blocks
 
 
 def build_messages(task: Task) -> list[dict[str, str]]:
@@ -128,15 +140,17 @@ def feedback_message(feedback: str) -> dict[str, str]:
 def extract_code(answer: str) -> str | None:
     """The submission inside a model's answer, or None when the answer holds no code.
 
-    The first fenced block (```python, ```py or a bare ```) wins; without a fence, the whole answer
+    The first fenced python block (```python, ```py or a bare ```; other languages are skipped) wins; without a fence, the whole answer
     counts as code when it parses as Python and defines a class or function.
     """
     if not isinstance(answer, str):
         return None
-    match = _FENCE.search(answer)
-    if match:
-        code = match.group(1)
-        return code if code.strip() else None
+    blocks = _fenced_blocks(answer)
+    if blocks:
+        for tag, code in blocks:
+            if tag in _PYTHON_TAGS:
+                return code if code.strip() else None
+        return None
     text = answer.strip()
     if not text:
         return None

@@ -114,7 +114,7 @@ class Task:
         if spec is None or spec.loader is None:
             raise ImportError(f"cannot load reference module {self.source_path}")
         module = importlib.util.module_from_spec(spec)
-        sys.modules.setdefault(name, module)
+        sys.modules[name] = module  # dataclasses and pickling look the module up by name
         spec.loader.exec_module(module)
         return module
 

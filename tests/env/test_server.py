@@ -12,7 +12,10 @@ import dataclasses
 import json
 import os
 import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from websockets.sync.client import connect
@@ -65,7 +68,7 @@ def ws_url(server) -> str:
 
 
 def ask(ws, frame, timeout: float = 120) -> dict:
-    ws.send(frame if isinstance(frame, str) else json.dumps(frame))
+    ws.send(frame if isinstance(frame, (str, bytes)) else json.dumps(frame))
     return json.loads(ws.recv(timeout=timeout))
 
 
@@ -309,3 +312,26 @@ def test_client_leaving_mid_evaluation_leaks_no_worker(guarded):
         session.reset("19_ReLU")
         assert session.step(no_code("after disconnect")).status == "no_code"
     assert "Traceback" not in guarded.log_tail(400)
+
+
+# ---- the example client ---------------------------------------------------------------------------
+
+SMOKE = Path(__file__).resolve().parents[2] / "examples" / "client_smoke.py"
+
+
+def test_client_smoke_example_passes_against_a_live_server(server, tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(SMOKE), "--url", server.url, "--shape", "small", "--min-reward", "0.3"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=240,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "client_smoke: PASS" in result.stdout
+    assert "class Model" in (tmp_path / "task_prompt.txt").read_text()
+
+
+def test_client_smoke_example_reports_an_unreachable_server(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(SMOKE), "--url", "http://127.0.0.1:9"], cwd=tmp_path, capture_output=True, text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2 and "cannot reach" in result.stderr

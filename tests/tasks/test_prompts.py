@@ -117,14 +117,7 @@ def test_fenced_code_is_returned_verbatim_even_if_it_does_not_parse():
     assert extract_code(f"```python\n{broken}```") == broken
 
 
-@pytest.mark.xfail(strict=True, reason="known bug in prompts._FENCE: see the docstring")
 def test_a_non_python_block_before_the_python_block_is_skipped():
-    """Known bug (reported, not fixed here): `_FENCE` matches a *closing* fence as a bare opening one.
-
-    With a ```bash block before the ```python block, the search starts at the bash block's closing
-    fence and returns the prose between the two blocks ("Then:\\n") as the submission. Fix: match
-    fences only at line starts (re.MULTILINE, `^```(\\w*)...^````), walk the blocks in pairs, and
-    take the first whose tag is empty or python/py/python3. Remove this xfail once fixed.
-    """
+    """A ```bash block before the ```python block: fences pair up in order, the python one wins."""
     answer = f"Install:\n```bash\npip install triton\n```\nThen:\n```python\n{CODE}```\n"
     assert extract_code(answer) == CODE

@@ -3,9 +3,9 @@
 Every later test and the GPU benchmark rely on these files passing, so they are checked here in
 process (under the Triton interpreter on a CPU-only host, compiled on a GPU host): against the
 float64 reference within the task's tolerance at the small and the odd small shape with two seeds,
-on extreme values, on non-contiguous inputs and on rows of the full profile's (odd) length. They are also checked for the submission format (the
-reference's signatures, raw-module extractable) and for honesty (forward only allocates, views and
-launches; no torch math, no F.*, no try/except).
+on extreme values, on non-contiguous inputs and on rows of the full profile's (odd) length. They
+are also checked for the submission format (the reference's signatures, raw-module extractable) and
+for honesty (forward only allocates, views and launches; no torch math, no F.*, no try/except).
 """
 
 from __future__ import annotations
