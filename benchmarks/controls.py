@@ -82,7 +82,8 @@ def main() -> int:
         f"Date {meta['date']}; device {meta['device']}; backend {meta['backend']}; shape {args.shape}; "
         f"torch {meta['torch']}; triton {meta['triton']}; CUDA {meta['cuda']}; evaluator {meta['evaluator_version']}.",
         "",
-        "| task | status | runtime ms (min-max) | t_min ms | roofline fraction | eager ms | speedup vs eager | reward | verdict wall s |",
+        "| task | status | runtime ms (min-max) | t_min ms | roofline fraction | eager ms | speedup vs eager | reward "
+        "| verdict wall s |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:

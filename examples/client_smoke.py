@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         info = fetch_server_info(args.url, token=args.token)
-        print(f"server: {json.dumps({k: info.get(k) for k in ('evaluator_version', 'backend', 'device', 'config_hash', 'max_turns', 'gamma')})}")
+        keys = ("evaluator_version", "backend", "device", "config_hash", "max_turns", "gamma")
+        print(f"server: {json.dumps({k: info.get(k) for k in keys})}")
         with KernelEnvSession(args.url, token=args.token, message_timeout_s=args.timeout) as session:
             first = session.reset("19_ReLU", seed=args.seed, shape=args.shape)
             Path(args.prompt_file).write_text(first.prompt or "")

@@ -19,7 +19,6 @@ the server's own bound (`worst_case_step_s`) for crowded servers. This module im
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import urllib.error
@@ -155,7 +154,7 @@ class KernelEnvClient(EnvClient[KernelAction, KernelObservation, KernelState]):
             pass  # a refused session sends an error frame and closes; read that frame below
         try:
             response = await self._receive()
-        except (asyncio.TimeoutError, TimeoutError):
+        except TimeoutError:  # asyncio's is the builtin since 3.11
             raise EnvTimeoutError(
                 f"no reply from {self._http_url} within {self._message_timeout:.0f} s to a {message.get('type')!r} "
                 "message; the connection and its episode were dropped. Reset to start again, and raise "

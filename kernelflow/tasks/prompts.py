@@ -140,7 +140,8 @@ def feedback_message(feedback: str) -> dict[str, str]:
 def extract_code(answer: str) -> str | None:
     """The submission inside a model's answer, or None when the answer holds no code.
 
-    The first fenced python block (```python, ```py or a bare ```; other languages are skipped) wins; without a fence, the whole answer
+    The first fenced python block (```python, ```py or a bare ```; other languages are skipped)
+    wins; without a fence, the whole answer
     counts as code when it parses as Python and defines a class or function.
     """
     if not isinstance(answer, str):

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from kernelflow.env.client import (
@@ -239,7 +240,7 @@ def test_openenv_030_frames_carry_every_field(server):
         assert err["type"] == "error" and set(err["data"]) >= {"message", "code"}
 
         ws.send(json.dumps({"type": "close"}))
-        with pytest.raises(Exception):  # the server ends the connection
+        with pytest.raises(ConnectionClosed):  # the server ends the connection
             ws.recv(timeout=10)
 
 

@@ -12,9 +12,9 @@ Access (see `auth.py`): without a token the app serves loopback clients only, an
 to bind a non-loopback address; with a token (`"token"` in the `--config` JSON or
 $KERNELFLOW_ENV_TOKEN) every request but `/health` must present it.
 
-Module-level `app` (for `uvicorn kernelflow.env.server.app:app`) is built on first access from
-$KERNELFLOW_ENV_CONFIG (a JSON file of `EnvServerConfig` fields; defaults otherwise) and
-$KERNELFLOW_ENV_TOKEN.
+Settings come from a JSON file of `EnvServerConfig` fields (`--config`, else $KERNELFLOW_ENV_CONFIG,
+else defaults) and the token from the file or $KERNELFLOW_ENV_TOKEN. The module-level `app` (for
+`uvicorn kernelflow.env.server.app:app`) is built from the same variables on first access.
 """
 
 from __future__ import annotations
@@ -226,14 +226,14 @@ def _bind(host: str, port: int) -> socket.socket:
 def serve(args: argparse.Namespace) -> int:
     """Run the server until interrupted (used by `kernelflow serve` and `python -m kernelflow.env.server`).
 
-    `args`: host, port, config (a JSON file or None); optional port_file (the bound port is written
-    there, so `--port 0` can pick a free one) and log_level.
+    `args`: host, port, config (a JSON file; None: $KERNELFLOW_ENV_CONFIG, else defaults); optionally
+    port_file (the bound port is written there, so `--port 0` can pick a free one) and log_level.
     """
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        config = load_server_config(getattr(args, "config", None))
+        config = load_server_config(getattr(args, "config", None) or os.environ.get(CONFIG_ENV_VAR))
         check_bind(args.host, config)
         sock = _bind(args.host, args.port)
     except ValueError as exc:
