@@ -109,6 +109,10 @@ ESCAPE_DUNDERS = frozenset({"__class__", "__subclasses__", "__globals__", "__bui
                             "__self__", "__module__", "__loader__", "__spec__", "__reduce__", "__reduce_ex__"})
 DUNDER_ATTRS_ALLOWED = frozenset({"__init__", "__name__", "__doc__", "__qualname__"})
 DUNDER_DEFS_ALLOWED = frozenset({"__init__", "__repr__", "__str__", "__post_init__"})
+# PyTorch tensor methods that Triton's tl.tensor does not have (in-place `x_` methods are caught by name).
+TORCH_ONLY_METHODS = frozenset({"clone", "detach", "numpy", "tolist", "item", "cpu", "cuda", "data_ptr", "storage",
+                                "untyped_storage", "new_empty", "new_zeros", "new_ones", "new_full", "new_tensor",
+                                "contiguous", "copy", "set"})
 JIT_NAMES = frozenset({"triton.jit", "triton.runtime.jit", "triton.runtime.jit.jit"})
 # Bare names assumed when the module never binds them (an evaluator may pre-import them).
 _DEFAULT_ALIASES = {"torch": "torch", "triton": "triton", "tl": "triton.language", "nn": "torch.nn",
@@ -373,6 +377,44 @@ def check_no_torch_compute(tree: ast.Module, source: str) -> Check:
     return found.check()
 
 
+def _constant_expr(a: Analysis, node: ast.AST) -> bool:
+    """A literal, arithmetic of literals, or tl.constexpr(...): what a kernel may read from module scope."""
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.UnaryOp):
+        return _constant_expr(a, node.operand)
+    if isinstance(node, ast.BinOp):
+        return _constant_expr(a, node.left) and _constant_expr(a, node.right)
+    if isinstance(node, ast.Tuple):
+        return all(_constant_expr(a, e) for e in node.elts)
+    return isinstance(node, ast.Call) and a.qual(node.func) == "triton.language.constexpr"
+
+
+def check_pure_triton_kernels(tree: ast.Module, source: str) -> Check:
+    # Rationale: under the interpreter a kernel body is Python: torch work on module state inside a launch is unseen.
+    a = _analysis(tree)
+    module_values: dict[str, list[ast.AST]] = {}
+    for n in tree.body:
+        if isinstance(n, ast.Assign | ast.AnnAssign) and n.value is not None:
+            for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
+                for name in ast.walk(t):
+                    if isinstance(name, ast.Name):
+                        module_values.setdefault(name.id, []).append(n.value)
+    found = _Findings()
+    for kernel in a.kernels.values():
+        own = {arg.arg for arg in ast.walk(kernel.args) if isinstance(arg, ast.arg)}
+        own |= {n.id for n in ast.walk(kernel) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        for n in ast.walk(kernel):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in own \
+                    and n.id in module_values and not all(_constant_expr(a, v) for v in module_values[n.id]):
+                found.add(n, f"kernel {kernel.name} reads module state `{n.id}`; a @triton.jit kernel may read only "
+                             f"its arguments and tl.constexpr globals")
+            elif isinstance(n, ast.Attribute) and id(n) in a.called and a.qual(n) is None \
+                    and (_op(n.attr) != n.attr or n.attr in TORCH_ONLY_METHODS):
+                found.add(n, f"`.{n.attr}(...)` in kernel {kernel.name} is a PyTorch tensor method, not Triton")
+    return found.check()
+
+
 def check_no_torch_layers(tree: ast.Module, source: str) -> Check:
     # Rationale: nn.ReLU / nn.Softmax / nn.Linear modules are PyTorch doing the work behind a layer object.
     return _classified(_analysis(tree), "no_torch_layers").check()
@@ -515,6 +557,7 @@ STATIC_CHECKS: list[tuple[str, Callable[[ast.Module, str], Check]]] = [
     ("no_reference_model", check_no_reference_model),
     ("no_torch_compute", check_no_torch_compute),
     ("no_torch_layers", check_no_torch_layers),
+    ("pure_triton_kernels", check_pure_triton_kernels),
     ("no_try_except", check_no_try_except),
     ("no_cuda_streams", check_no_cuda_streams),
     ("no_timers", check_no_timers),

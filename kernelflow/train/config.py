@@ -176,6 +176,7 @@ class TrainerConfig:
     eval_attempts: int = 2
     eval_max_new_tokens: int | None = None  # None: max_new_tokens
     eval_stop_when_correct: bool = True  # greedy eval makes no second attempt after a correct first one
+    eval_batch_size: int = 16  # tasks per evaluation batch (one generation batch, one session each)
     samples_per_update: int = 2  # kernels kept with their verdicts in each update's metrics
     sample_chars: int = 4000
     message_timeout_s: float = 900.0
@@ -188,7 +189,7 @@ class TrainerConfig:
         p = []
         if self.estimator not in ESTIMATORS:
             p.append(f"estimator={self.estimator!r} (choose one of {ESTIMATORS})")
-        for name in ("epochs", "max_new_tokens", "max_turns", "micro_batch_size", "eval_attempts"):
+        for name in ("epochs", "max_new_tokens", "max_turns", "micro_batch_size", "eval_attempts", "eval_batch_size"):
             if getattr(self, name) < 1:
                 p.append(f"{name}={getattr(self, name)} (must be >= 1)")
         if self.group_size < 2:

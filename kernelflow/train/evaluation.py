@@ -97,25 +97,29 @@ def greedy_evaluate(
     start = time.perf_counter()
     env_seed = config.env_seed if seed is None else seed
     sampling = SamplingSettings(max_new_tokens=config.eval_tokens, do_sample=False)
-    group = run_episodes(
-        policy,
-        factory,
-        list(task_ids),
-        [env_seed] * len(task_ids),
-        sampling,
-        max_turns=config.max_turns,
-        shape=config.env_shape,
-        stop_when_correct=config.eval_stop_when_correct,
-        turn_limit=config.eval_attempts,
-    )
-    results = [
-        TaskEvalResult(ep.task_id, ep.seed, tuple(TurnVerdict.from_turn(t) for t in ep.turns)) for ep in group.episodes
-    ]
-    timing = EvalTiming(
-        tasks=len(task_ids),
-        generation_seconds=group.generation_seconds,
-        generation_tokens=group.generation_tokens,
-        evaluation_seconds=group.evaluation_seconds,
-        seconds=time.perf_counter() - start,
-    )
+    ids = list(task_ids)
+    results: list[TaskEvalResult] = []
+    gen_s = eval_s = 0.0
+    gen_tokens = 0
+    for begin in range(0, len(ids), config.eval_batch_size):
+        batch = ids[begin : begin + config.eval_batch_size]
+        group = run_episodes(
+            policy,
+            factory,
+            batch,
+            [env_seed] * len(batch),
+            sampling,
+            max_turns=config.max_turns,
+            shape=config.env_shape,
+            stop_when_correct=config.eval_stop_when_correct,
+            turn_limit=config.eval_attempts,
+        )
+        results += [
+            TaskEvalResult(ep.task_id, ep.seed, tuple(TurnVerdict.from_turn(t) for t in ep.turns))
+            for ep in group.episodes
+        ]
+        gen_s += group.generation_seconds
+        gen_tokens += group.generation_tokens
+        eval_s += group.evaluation_seconds
+    timing = EvalTiming(len(ids), gen_s, gen_tokens, eval_s, time.perf_counter() - start)
     return results, timing

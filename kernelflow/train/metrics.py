@@ -64,7 +64,7 @@ class UpdateMetrics:
     generation_tokens_per_s: float
     evaluation_seconds: float
     optimisation_seconds: float
-    update_seconds: float
+    update_seconds: float  # wall time of the whole group: rollouts, advantages, step, bookkeeping
     samples: tuple[SampledKernel, ...] = ()
 
     def scalars(self) -> dict[str, float]:
@@ -144,6 +144,7 @@ def update_metrics(
     result: UpdateResult,
     samples: int = 2,
     sample_chars: int = 4000,
+    wall_seconds: float | None = None,
 ) -> UpdateMetrics:
     episodes = group.episodes
     turns = [t for ep in episodes for t in ep.turns]
@@ -157,7 +158,9 @@ def update_metrics(
     )
     lengths = [len(t.completion_ids) for t in turns]
     flat = advantages.flat()
-    update_s = group.generation_seconds + group.evaluation_seconds + result.seconds
+    update_s = wall_seconds if wall_seconds is not None else (
+        group.generation_seconds + group.evaluation_seconds + result.seconds
+    )
     return UpdateMetrics(
         epoch=epoch,
         update=update,

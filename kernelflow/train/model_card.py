@@ -84,7 +84,8 @@ def model_card(
         f"{config.group_size} episodes, up to {config.max_turns} turns each",
         f"- training tasks: {', '.join(train_tasks) or 'n/a'}",
         f"- advantage estimator: `{config.estimator}`; loss: token sum over the model's own tokens "
-        f"(prompt and feedback masked) divided by {config.normalizer} per episode; KL weight {config.kl_weight}",
+        f"(prompt and feedback masked), divided by {config.normalizer} per episode and averaged over the "
+        f"group; KL weight {config.kl_weight}",
         f"- sampling: temperature {config.temperature}, top_p {config.top_p}, "
         f"{config.max_new_tokens} new tokens per turn",
         f"- optimiser: AdamW, learning rate {config.learning_rate} ({config.lr_scheduler}), "
@@ -110,7 +111,7 @@ def model_card(
     else:
         body += ["No evaluation results were attached to this checkpoint.", ""]
     body += ["## Weight files (sha256)", "", "| file | sha256 |", "|---|---|"]
-    body += [f"| {name} | `{digest}` |" for name, digest in sorted(weight_sha256.items())]
+    body += [f"| {name.rsplit('/', 1)[-1]} | `{digest}` |" for name, digest in sorted(weight_sha256.items())]
     body += [
         "",
         "## How to load",

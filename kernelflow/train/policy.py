@@ -5,6 +5,12 @@ and `AutoTokenizer.from_pretrained` (a hub id with its revision, or a directory)
 used by tests exercises the same code as Qwen2.5-Coder-7B-Instruct. The tokenizer is set to left
 padding (batched generation needs it) and must have a chat template, a pad token and an eos token.
 
+The hub's sampling defaults are dropped at load time: Qwen2.5-Instruct ships top_k 20, top_p 0.8,
+temperature 0.7 and repetition_penalty 1.05 in generation_config.json, and transformers fills every
+setting a caller leaves unset from there. Rollouts must sample from the policy itself (only the
+configured temperature and top_p), or the update would be off-policy; so the model's generation
+config is replaced by one holding just its eos, pad and bos ids.
+
 `Policy` bundles the PEFT model with what the rest of the trainer needs to know about its tokens:
 which ids end a turn, and `vocab_limit` when the model's embedding is padded past the tokenizer
 (Qwen pads 151665 tokens to 151936): those rows are never sampled and are cut from the loss's
@@ -92,7 +98,7 @@ def load_tokenizer(location: str, revision: str | None = None):
 def load_policy(config: PolicyConfig, lora: LoraSettings, seed: int = 42) -> Policy:
     """Load the base model and tokenizer, wrap the model in a fresh LoRA adapter drawn from `seed`."""
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, GenerationConfig
 
     location, revision = model_location(config)
     device = resolve_device(config.device)
@@ -110,8 +116,23 @@ def load_policy(config: PolicyConfig, lora: LoraSettings, seed: int = 42) -> Pol
     if device.type != "cuda":
         base.to(device)
     if config.gradient_checkpointing:
-        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        # transformers 5 renamed it; the old name still works but warns
+        enable = getattr(base, "activation_checkpointing_enable", None)
+        if enable is not None:
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     base.config.use_cache = True
+
+    eos = {tokenizer.eos_token_id}
+    gen_eos = getattr(base.generation_config, "eos_token_id", None)
+    if isinstance(gen_eos, int):
+        eos.add(gen_eos)
+    elif gen_eos:
+        eos.update(int(e) for e in gen_eos)
+    base.generation_config = GenerationConfig(
+        eos_token_id=sorted(eos), pad_token_id=tokenizer.pad_token_id, bos_token_id=base.generation_config.bos_token_id
+    )
 
     lora_config = LoraConfig(
         r=lora.r,
@@ -127,12 +148,6 @@ def load_policy(config: PolicyConfig, lora: LoraSettings, seed: int = 42) -> Pol
         model = get_peft_model(base, lora_config)
     model.to(device)
 
-    eos = {tokenizer.eos_token_id}
-    gen_eos = getattr(base.generation_config, "eos_token_id", None)
-    if isinstance(gen_eos, int):
-        eos.add(gen_eos)
-    elif gen_eos:
-        eos.update(int(e) for e in gen_eos)
     n_vocab = base.get_input_embeddings().weight.shape[0]
     vocab_limit = len(tokenizer) if n_vocab > len(tokenizer) else None
     policy = Policy(

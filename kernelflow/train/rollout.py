@@ -14,7 +14,9 @@ advantages or update the model.
 
 from __future__ import annotations
 
+import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -25,6 +27,8 @@ from kernelflow.tasks import feedback_message
 from kernelflow.train.generation import SamplingSettings, generate
 from kernelflow.train.policy import Policy
 from kernelflow.train.transcript import TokenLayout, feedback_ids, layout, prompt_ids
+
+log = logging.getLogger("kernelflow.train")
 
 
 class EnvSession(Protocol):
@@ -198,6 +202,13 @@ def run_episodes(
                 else:
                     contexts[i] += list(comp.ids) + list(fb)
                     still.append(i)
+            label = task_ids[0] if len(set(task_ids)) == 1 else f"{len(set(task_ids))} tasks"
+            statuses = dict(Counter(str(_attr(o, "status", "")) for o in observations))
+            log.info(
+                "%s turn %d: %d answer(s), %d tokens in %.1f s (%.1f tok/s); judged in %.1f s: %s",
+                label, turn + 1, len(observations), gen.tokens, gen.seconds,
+                gen.tokens / gen.seconds if gen.seconds else 0.0, step_s, statuses,
+            )
             running = still
     episodes = []
     for i in range(n):

@@ -57,6 +57,28 @@ from kernelflow.train.update import apply_update, build_optimizer, build_schedul
 log = logging.getLogger("kernelflow.train")
 
 
+def check_server(env_url: str, token: str | None, config: TrainerConfig) -> dict:
+    """The server's settings, after checking that its episodes fit this trainer (fails fast, before any rollout)."""
+    from kernelflow.env.client import fetch_server_info
+
+    info = fetch_server_info(env_url, token=token)
+    if info.get("max_turns") is not None and int(info["max_turns"]) != config.max_turns:
+        raise ValueError(
+            f"the environment server at {env_url} runs {info['max_turns']}-turn episodes but "
+            f"trainer.max_turns={config.max_turns}; make them equal"
+        )
+    slots = info.get("max_sessions")
+    if slots is not None and int(slots) < config.group_size:
+        raise ValueError(
+            f"the environment server at {env_url} allows {slots} concurrent sessions but a group needs "
+            f"{config.group_size}; start it with max_sessions >= group_size (and >= the evaluation task count)"
+        )
+    log.info("environment %s: %s backend on %s, %s-turn episodes, gamma %s, stop_on_correct %s",
+             env_url, info.get("backend"), info.get("device"), info.get("max_turns"), info.get("gamma"),
+             info.get("stop_on_correct"))
+    return info
+
+
 class GRPOLoop:
     """Owns the policy's optimiser, scheduler, RNG and counters; runs epochs, evaluation and checkpoints.
 
@@ -75,9 +97,11 @@ class GRPOLoop:
         session_factory: SessionFactory | None = None,
         total_updates: int | None = None,
     ) -> None:
+        self.server_info: dict | None = None
         if session_factory is None:
             if not env_url:
                 raise ValueError("GRPOLoop needs env_url (a running environment server) or a session_factory")
+            self.server_info = check_server(env_url, token, config)
             session_factory = env_session_factory(env_url, token, config.message_timeout_s)
         self.config = config
         self.policy = policy
@@ -112,6 +136,7 @@ class GRPOLoop:
     def train_group(self, epoch: int, task_id: str) -> UpdateMetrics:
         """G episodes of `task_id`, then one update. Returns that update's metrics."""
         c = self.config
+        start = time.perf_counter()
         env_seed = c.env_seed + (self.updates if c.env_seed_per_update else 0)
         group = collect_group(
             self.policy, self.sessions, task_id, c.group_size, self.sampling(), c.max_turns, env_seed, c.env_shape
@@ -122,7 +147,7 @@ class GRPOLoop:
         self.updates += 1
         metrics = update_metrics(
             epoch=epoch, update=self.updates, estimator=c.estimator, group=group, advantages=adv, result=result,
-            samples=c.samples_per_update, sample_chars=c.sample_chars,
+            samples=c.samples_per_update, sample_chars=c.sample_chars, wall_seconds=time.perf_counter() - start,
         )
         self.history.append(metrics)
         return metrics

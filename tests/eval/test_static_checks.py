@@ -104,6 +104,9 @@ HONEST_VARIANTS = {
         return out
         """,
     ),
+    "constexpr_globals_in_kernel": variant(
+        header="LOG2E = tl.constexpr(1.4426950408889634)\nNEG = -0.0\nPAIR = (1, 2.0)\n").replace(
+        "tl.maximum(x, 0.0)", "tl.maximum(x * LOG2E / LOG2E, NEG + PAIR[0] - 1)"),
     "softmax_kernel_with_tl_methods": '''import torch
 import torch.nn as nn
 import triton
@@ -211,6 +214,16 @@ HACKS = [
     ("nn_softmax_chain", variant(tail="return torch.nn.Softmax(dim=1)(x)\n"), "no_torch_layers"),
     ("nn_linear", variant(init="self.lin = nn.Linear(4, 4)\n"), "no_torch_layers"),
     ("nn_from_import", variant(header="from torch.nn import GELU\n", tail="return GELU()(x)\n"), "no_torch_layers"),
+    # pure_triton_kernels (under the interpreter a kernel body is Python that runs inside the launch)
+    ("kernel_reads_global_list", variant(header="_HOLD = []\n").replace(
+        "    tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=mask)",
+        "    _HOLD[1].copy_(_HOLD[0] * (_HOLD[0] > 0))"), "pure_triton_kernels"),
+    ("kernel_reads_global_tensor", variant(header="_W = torch.empty(4)\n").replace(
+        "tl.maximum(x, 0.0)", "tl.maximum(x, _W)"), "pure_triton_kernels"),
+    ("kernel_tensor_method_on_constexpr", HONEST_RELU.replace(
+        "n, BLOCK: tl.constexpr):", "n, H: tl.constexpr, BLOCK: tl.constexpr):").replace(
+        "    tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=mask)", "    H[1].copy_(H[0] * (H[0] > 0))"),
+     "pure_triton_kernels"),
     # no_try_except
     ("try_except", variant(tail="try:\n    return out\nexcept Exception:\n    return x\n"), "no_try_except"),
     ("try_finally", variant(tail="try:\n    pass\nfinally:\n    return out\n"), "no_try_except"),

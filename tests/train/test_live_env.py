@@ -117,3 +117,13 @@ def test_greedy_evaluation_against_a_live_server(server, tiny_trainer_config):
     for r in results:
         assert len(r.turns) == 2 and not r.correct  # a random model writes no kernel: two attempts
         assert all(t.status == "no_code" and t.verdict.get("status") == "no_code" for t in r.turns)
+
+
+def test_loop_checks_the_server_before_any_rollout(server, tiny_trainer_config):
+    policy = load_policy(tiny_trainer_config.policy, tiny_trainer_config.lora, seed=0)
+    with pytest.raises(ValueError, match="runs 2-turn episodes but trainer.max_turns=3"):
+        GRPOLoop(dataclasses.replace(tiny_trainer_config, max_turns=3), policy, server.url, server.token)
+    with pytest.raises(ValueError, match="allows 8 concurrent sessions but a group needs 9"):
+        GRPOLoop(dataclasses.replace(tiny_trainer_config, group_size=9), policy, server.url, server.token)
+    loop = GRPOLoop(tiny_trainer_config, policy, server.url, server.token)
+    assert loop.server_info["backend"] == "interpret"

@@ -89,8 +89,9 @@ def test_greedy_evaluation_is_batched_deterministic_and_stops_when_correct(tiny_
         assert r.correct == any(t.correct for t in r.turns) and r.turns[0].turn == 1
         json.dumps(r.to_dict())
     assert loop.last_eval_timing.tasks == 3
-    one = dataclasses.replace(tiny_trainer_config, eval_attempts=1)
-    loop.config = one
+    loop.config = dataclasses.replace(tiny_trainer_config, eval_batch_size=2)
+    assert [r.to_dict() for r in loop.greedy_evaluate(TASKS + ["23_Softmax"])] == [r.to_dict() for r in a]
+    loop.config = dataclasses.replace(tiny_trainer_config, eval_attempts=1)
     assert all(len(r.turns) == 1 for r in loop.greedy_evaluate(TASKS))
 
 

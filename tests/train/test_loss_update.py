@@ -138,3 +138,27 @@ def test_schedulers(policy, tiny_trainer_config):
     assert lrs[1] > lrs[2] > lrs[3] > lrs[4]
     with pytest.raises(ValueError, match="needs total_updates"):
         build_scheduler(opt, cfg, None)
+
+
+def test_gradient_checkpointing_gives_the_same_update(tiny_policy_config, tiny_trainer_config):
+    results = []
+    for gc in (False, True):
+        pcfg = dataclasses.replace(tiny_policy_config, gradient_checkpointing=gc)
+        pol = load_policy(pcfg, LoraSettings(r=4, alpha=8), seed=0)
+        cfg = dataclasses.replace(tiny_trainer_config, policy=pcfg, adam_eps=1.0, learning_rate=1.0)
+        opt = build_optimizer(pol, cfg)
+        res = apply_update(pol, opt, build_scheduler(opt, cfg, None), _group(pol), cfg)
+        results.append((res, {n: p.detach().clone() for n, p in pol.trainable_parameters()}))
+    assert results[0][0].grad_norm == pytest.approx(results[1][0].grad_norm, rel=1e-5)
+    for n, w in results[0][1].items():
+        assert torch.allclose(w, results[1][1][n], rtol=1e-4, atol=1e-7), n
+
+
+def test_kl_term_uses_the_base_model_as_reference(policy, tiny_trainer_config):
+    cfg = dataclasses.replace(tiny_trainer_config, kl_weight=0.5)
+    opt = build_optimizer(policy, cfg)
+    sched = build_scheduler(opt, cfg, None)
+    first = apply_update(policy, opt, sched, _group(policy), cfg)
+    assert first.kl == pytest.approx(0.0, abs=1e-6)  # LoRA B starts at 0: policy == reference
+    second = apply_update(policy, opt, sched, _group(policy), cfg)
+    assert second.kl > 0

@@ -80,3 +80,30 @@ def test_lora_init_depends_on_seed_only(tiny_policy_config):
     c = dict(load_policy(tiny_policy_config, lora, seed=6).trainable_parameters())
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert any(not torch.equal(a[k], c[k]) for k in a)
+
+
+def test_hub_sampling_defaults_do_not_leak_into_rollouts(tiny_policy_config, tmp_path):
+    """A model dir whose generation_config.json carries Qwen-style defaults (here exaggerated)."""
+    import shutil
+
+    from kernelflow.train.config import PolicyConfig
+    from kernelflow.train.generation import SamplingSettings, generate
+
+    src = build_tiny_model(tiny_policy_config.tiny, tiny_policy_config.cache_dir)
+    dst = tmp_path / "model"
+    shutil.copytree(src, dst)
+    gen = json.loads((dst / "generation_config.json").read_text())
+    gen.update(repetition_penalty=50.0, top_k=1, top_p=0.1, temperature=0.01, do_sample=True, no_repeat_ngram_size=1)
+    (dst / "generation_config.json").write_text(json.dumps(gen))
+    policy = load_policy(PolicyConfig(source="local", model=str(dst), dtype="float32", device="cpu",
+                                      gradient_checkpointing=False), LoraSettings(r=4, alpha=8), seed=0)
+    gc = policy.model.generation_config
+    assert gc.repetition_penalty in (None, 1.0) and gc.top_k in (None, 0, 50) and not gc.no_repeat_ngram_size
+    # greedy generation equals a hand-written argmax loop over the policy's own logits
+    prompt = policy.tokenizer("def forward(self, x):")["input_ids"]
+    out = generate(policy, [prompt], SamplingSettings(max_new_tokens=10, do_sample=False)).completions[0]
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(len(out.ids)):
+            ids.append(int(policy.model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
+    assert tuple(ids[len(prompt):]) == out.ids

@@ -1,0 +1,306 @@
+"""The experiment's typed config: one schema composed from the layers' dataclasses, registered with Hydra.
+
+`conf/config.yaml` lists the schema `experiment_schema` first in its defaults, so every YAML file and
+CLI override merges onto typed nodes: an unknown key or a value of the wrong type fails while Hydra
+composes. `to_experiment_config(cfg)` then builds the layers' own dataclasses, whose `__post_init__`
+checks run before anything starts. Library code receives those dataclasses, never a DictConfig.
+
+Groups and what they become:
+
+    model      -> kernelflow.train.PolicyConfig        which causal LM, dtype, device
+    lora       -> kernelflow.train.LoraSettings
+    trainer    -> kernelflow.train.TrainerConfig       (policy, lora, max_turns and env_shape are filled in here)
+    eval       -> kernelflow.eval.EvalConfig           how a submission is judged, incl. the reward constants
+    env        -> EnvAccess: embedded server settings (kernelflow.env.EnvServerConfig) or a remote url + token
+    tasks      -> TaskGroups                           train / reserved / held-out task ids
+    validation -> ValidationConfig                     extra-seed re-judging of solved tasks
+    tracking   -> TrackingConfig                       MLflow store and where runs live
+
+One value has one home: the episode length is `env.max_turns` (the trainer's must equal the server's)
+and the shape profile is `eval.shape` (the trainer resets episodes at it). This module does not run
+anything, hash runs (`run_dir.py`) or print plans (`plan.py`).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+
+from flows.schema import ConfigError, build, mirror
+from kernelflow.env.config import EnvServerConfig
+from kernelflow.env.models import TOKEN_ENV_VAR
+from kernelflow.eval import EvalConfig
+from kernelflow.tasks import TASKS, task_ids
+from kernelflow.train import LoraSettings, PolicyConfig, TrainerConfig
+
+SCHEMA_NAME = "experiment_schema"
+# Trainer fields that are not set in the trainer group: the policy and adapter have their own
+# groups, the episode length belongs to the environment and the shape profile to the evaluator.
+TRAINER_FIXED = ("policy", "lora", "max_turns", "env_shape")
+REDACTED = "<redacted>"
+
+
+@dataclass(frozen=True)
+class TaskGroups:
+    """Task ids by role. Training uses `train`; both greedy evaluations use all three groups."""
+
+    train: tuple[str, ...] = tuple(task_ids("train"))
+    reserved: tuple[str, ...] = tuple(task_ids("reserved"))
+    heldout: tuple[str, ...] = tuple(task_ids("heldout"))
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not self.train:
+            problems.append("train is empty (name at least one task id to train on)")
+        seen: dict[str, str] = {}
+        for group in ("train", "reserved", "heldout"):
+            for tid in getattr(self, group):
+                if tid not in TASKS:
+                    problems.append(f"{group}: unknown task id {tid!r} (known: {', '.join(TASKS)})")
+                elif tid in seen:
+                    problems.append(f"{tid} is in both {seen[tid]} and {group} (a task has one role)")
+                seen[tid] = group
+        if problems:
+            raise ValueError("invalid TaskGroups: " + "; ".join(problems))
+
+    @property
+    def groups(self) -> dict[str, tuple[str, ...]]:
+        return {"train": self.train, "reserved": self.reserved, "heldout": self.heldout}
+
+    @property
+    def all(self) -> tuple[str, ...]:
+        """Every task of the experiment, in group order (what both greedy evaluations cover)."""
+        return self.train + self.reserved + self.heldout
+
+    def group_of(self, task_id: str) -> str:
+        for group, ids in self.groups.items():
+            if task_id in ids:
+                return group
+        raise KeyError(f"{task_id} is in no task group of this experiment")
+
+
+@dataclass(frozen=True)
+class ValidationConfig:
+    """Extra-seed validation: every task solved after training is re-judged on fresh input seeds."""
+
+    extra_seeds: int = 5  # episodes per solved task, each reset with its own seed; 0 skips the stage
+    # Reset seeds are seed_start + k * eval.seeds (k = 0..extra_seeds-1), so each re-judging draws
+    # eval.seeds inputs of its own, disjoint from the evaluation seeds (which start at trainer.env_seed).
+    seed_start: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.extra_seeds < 0:
+            raise ValueError(f"invalid ValidationConfig: extra_seeds={self.extra_seeds} (must be >= 0)")
+        if self.seed_start < 0:
+            raise ValueError(f"invalid ValidationConfig: seed_start={self.seed_start} (must be >= 0)")
+
+
+@dataclass(frozen=True)
+class TrackingConfig:
+    """Where runs and their numbers live."""
+
+    # MLflow tracking URI (e.g. http://127.0.0.1:5000). None: the embedded store, one SQLite
+    # database shared by every run of this project directory: <runs_root>/mlflow.db, with artifacts
+    # in <runs_root>/mlartifacts.
+    uri: Optional[str] = None  # noqa: UP045 - kept parallel with the schema node
+    experiment: str = "kernelflow"  # MLflow experiment that holds the runs
+    runs_root: str = "runs"  # run directories: <runs_root>/<name>-<config hash>
+    log_artifacts: bool = True  # kernels, transcripts, adapter and report into MLflow
+    prefect_artifacts: bool = True  # the report as Prefect markdown/table artifacts
+
+    def __post_init__(self) -> None:
+        if not self.experiment:
+            raise ValueError("invalid TrackingConfig: experiment is empty (name the MLflow experiment)")
+        if not self.runs_root:
+            raise ValueError("invalid TrackingConfig: runs_root is empty (e.g. runs)")
+
+
+@dataclass(frozen=True)
+class EnvAccess:
+    """How the flow reaches the environment server.
+
+    With `url` unset the flow starts an embedded server with `server`'s settings and stops it at the
+    end. With `url` it uses that server after checking that its eval/reward configuration hash and
+    episode settings equal `server`'s (the token is `server.token`).
+    """
+
+    server: EnvServerConfig
+    url: Optional[str] = None  # noqa: UP045
+    startup_timeout_s: float = 120.0
+
+    @property
+    def token(self) -> str | None:
+        return self.server.token
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """Everything one experiment needs, as the layers' own dataclasses."""
+
+    name: str
+    trainer: TrainerConfig  # holds the policy (model group) and the adapter (lora group)
+    eval: EvalConfig
+    env: EnvAccess
+    tasks: TaskGroups
+    validation: ValidationConfig
+    tracking: TrackingConfig
+    dry_run: bool = False
+
+    @property
+    def model(self) -> PolicyConfig:
+        return self.trainer.policy
+
+    @property
+    def lora(self) -> LoraSettings:
+        return self.trainer.lora
+
+    @property
+    def is_tiny(self) -> bool:
+        """A tiny random policy (the smoke preset): its numbers say nothing about any real model."""
+        return self.model.source == "tiny"
+
+
+# env.url has no default in the schema: every env option says it (embedded: null), and env=remote
+# leaves it for the command line, so forgetting it fails as a missing value, not as "embedded".
+_ENV_EXTRA = (("url", Optional[str], MISSING), ("startup_timeout_s", float, 120.0))  # noqa: UP045
+# The schema's node types (the layers' dataclasses mirrored as mutable, OmegaConf-typed nodes).
+PolicyNode = mirror(PolicyConfig)
+LoraNode = mirror(LoraSettings)
+TrainerNode = mirror(TrainerConfig, exclude=TRAINER_FIXED)
+EvalNode = mirror(EvalConfig)
+EnvNode = mirror(EnvServerConfig, exclude=("eval",), extra=_ENV_EXTRA)
+TasksNode = mirror(TaskGroups)
+ValidationNode = mirror(ValidationConfig)
+TrackingNode = mirror(TrackingConfig)
+
+
+@dataclass
+class ExperimentSchema:
+    """The Hydra schema (`experiment_schema`): the groups' typed nodes plus the top-level keys."""
+
+    name: str = "experiment"  # names the run directory (with the config hash) and the MLflow run
+    dry_run: bool = False  # print the plan (stages, counts, token budget) and exit without loading a model
+    model: PolicyNode = field(default_factory=PolicyNode)
+    lora: LoraNode = field(default_factory=LoraNode)
+    trainer: TrainerNode = field(default_factory=TrainerNode)
+    eval: EvalNode = field(default_factory=EvalNode)
+    env: EnvNode = field(default_factory=EnvNode)
+    tasks: TasksNode = field(default_factory=TasksNode)
+    validation: ValidationNode = field(default_factory=ValidationNode)
+    tracking: TrackingNode = field(default_factory=TrackingNode)
+
+
+def register() -> None:
+    """Store the schema in Hydra's ConfigStore (idempotent); `conf/config.yaml` lists it first."""
+    ConfigStore.instance().store(name=SCHEMA_NAME, node=ExperimentSchema)
+
+
+def to_experiment_config(cfg: DictConfig | dict) -> ExperimentConfig:
+    """The typed experiment from a composed config (or its resolved container). Raises ConfigError."""
+    if isinstance(cfg, DictConfig):
+        try:
+            data = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+        except MissingMandatoryValue as exc:
+            key = exc.full_key or "a key"
+            raise ConfigError(f"{key} has no value; set it on the command line ({key}=...)") from None
+        except OmegaConfBaseException as exc:  # e.g. an interpolation that does not resolve
+            raise ConfigError(f"cannot resolve the config: {exc}") from None
+    else:
+        data = dict(cfg)
+    known = {f.name for f in dataclasses.fields(ExperimentSchema)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"unknown top-level key(s) {unknown}; known keys: {sorted(known)}")
+    if not data.get("name"):
+        raise ConfigError("name is empty: name the experiment (it names the run directory)")
+    policy = build(PolicyConfig, data.get("model", {}), "model")
+    lora = build(LoraSettings, data.get("lora", {}), "lora")
+    evaluation = build(EvalConfig, data.get("eval", {}), "eval")
+    env = dict(data.get("env", {}))
+    url, startup = env.pop("url", None), env.pop("startup_timeout_s", 120.0)
+    server = build(EnvServerConfig, env, "env", eval=evaluation)
+    trainer = build(
+        TrainerConfig, data.get("trainer", {}), "trainer",
+        policy=policy, lora=lora, max_turns=server.max_turns, env_shape=evaluation.shape,
+    )
+    if trainer.eval_attempts > server.max_turns:
+        raise ConfigError(
+            f"trainer.eval_attempts={trainer.eval_attempts} > env.max_turns={server.max_turns}: an episode "
+            "cannot hold more attempts than turns; lower eval_attempts or raise max_turns"
+        )
+    if url is not None and not str(url).startswith(("http://", "https://", "ws://", "wss://")):
+        raise ConfigError(f"env.url={url!r} is not a URL; give e.g. http://gpu-host:8000, or null for an embedded server")
+    if not startup or startup <= 0:
+        raise ConfigError(f"env.startup_timeout_s={startup} (must be > 0)")
+    return ExperimentConfig(
+        name=str(data["name"]),
+        trainer=trainer,
+        eval=evaluation,
+        env=EnvAccess(server=server, url=url, startup_timeout_s=float(startup)),
+        tasks=build(TaskGroups, data.get("tasks", {}), "tasks"),
+        validation=build(ValidationConfig, data.get("validation", {}), "validation"),
+        tracking=build(TrackingConfig, data.get("tracking", {}), "tracking"),
+        dry_run=bool(data.get("dry_run", False)),
+    )
+
+
+def from_parameters(container: dict[str, Any]) -> ExperimentConfig:
+    """The config from `to_container` output (a flow's parameters): a redacted token is read from
+    $KERNELFLOW_ENV_TOKEN, where the entry point put it, so it never reaches Prefect's database."""
+    data = copy.deepcopy(dict(container))
+    env = data.get("env") or {}
+    if env.get("token") == REDACTED:
+        env["token"] = os.environ.get(TOKEN_ENV_VAR)
+    return to_experiment_config(data)
+
+
+def to_container(config: ExperimentConfig, redact: bool = True) -> dict[str, Any]:
+    """The resolved config as nested dicts in the YAML layout (the env token redacted unless asked)."""
+    trainer = dataclasses.asdict(config.trainer)
+    for key in TRAINER_FIXED:
+        trainer.pop(key)
+    env = config.env.server.to_dict(include_token=True)
+    env.pop("eval")
+    if redact and env.get("token") is not None:
+        env["token"] = REDACTED
+    env.update(url=config.env.url, startup_timeout_s=config.env.startup_timeout_s)
+    out = {
+        "name": config.name,
+        "dry_run": config.dry_run,
+        "model": dataclasses.asdict(config.model),
+        "lora": dataclasses.asdict(config.lora),
+        "trainer": trainer,
+        "eval": dataclasses.asdict(config.eval),
+        "env": env,
+        "tasks": dataclasses.asdict(config.tasks),
+        "validation": dataclasses.asdict(config.validation),
+        "tracking": dataclasses.asdict(config.tracking),
+    }
+    return _lists(out)
+
+
+def _lists(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _lists(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_lists(v) for v in value]
+    return value
+
+
+def flatten(container: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """`{"a": {"b": 1}}` -> `{"a.b": 1}` (lists stay values): the MLflow params."""
+    out: dict[str, Any] = {}
+    for key, value in container.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out

@@ -1,0 +1,123 @@
+"""`python -m flows.experiment [overrides]`: compose the config with Hydra and run the experiment as one Prefect flow.
+
+    provenance -> baseline_eval -> epoch-1 .. epoch-N -> trained_eval -> seed_validation -> report
+
+Each arrow is a Prefect task (stages.py), so the Prefect UI shows the stages as they run; each stage
+is also a nested MLflow run under the run's parent (tracking.py). The flow starts an embedded
+environment server unless `env.url` names one (endpoint.py) and stops it at the end.
+
+Running the same command again continues the same run (its directory is `<runs_root>/<name>-<config
+hash>`): completed stages and epochs are skipped, the trainer resumes from the last checkpoint, and
+MLflow runs are reused. A failing stage marks the run failed with its cause (run state, MLflow tags,
+the Prefect flow run) and the command exits 1 saying how to resume. `dry_run=true` prints the plan
+and exits without loading a model or starting anything.
+
+This module orders the stages and talks to the user; the stages' work lives in stages.py.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+from prefect import flow
+
+from flows.config import REDACTED, ExperimentConfig, from_parameters, register, to_container, to_experiment_config
+from flows.endpoint import open_endpoint
+from flows.plan import render_plan
+from flows.run_dir import COMPLETED, RUNNING, RunDir, run_name, runs_root
+from flows.schema import ConfigError
+from flows.stages import RunContext, epoch_stage, eval_stage, provenance_stage, report_stage, validation_stage
+from flows.tracking import Tracker, describe
+from kernelflow.env.models import TOKEN_ENV_VAR
+
+register()
+
+
+def redact_overrides(overrides: list[str]) -> list[str]:
+    return [f"{o.split('=', 1)[0]}={REDACTED}" if o.lstrip("+~").startswith("env.token=") else o for o in overrides]
+
+
+@flow(name="kernelflow-experiment", log_prints=True, validate_parameters=False)
+def experiment_flow(config: dict[str, Any], overrides: list[str] | None = None) -> dict[str, Any]:
+    """One experiment run (see the module docstring). `config` is the resolved config, token redacted."""
+    cfg = from_parameters(config)
+    run = RunDir.for_config(cfg)
+    with run.locked():
+        state = run.update(status=RUNNING, attempts=run.state().get("attempts", 0) + 1)
+        (run.path / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(config)))
+        (run.path / "overrides.json").write_text(str(list(overrides or [])).replace("'", '"') + "\n")
+        print(f"run {run.path} (attempt {state['attempts']})" + ("; resuming" if state["stages"] else ""))
+        if cfg.is_tiny:
+            print("note: this experiment's policy is a tiny random model; it writes no working kernels")
+        tracker = Tracker(cfg, run)
+        ctx = RunContext(cfg, run, tracker)
+        try:
+            with open_endpoint(cfg.env, log_path=run.path / "env_server.log") as endpoint:
+                ctx.endpoint = endpoint
+                provenance_stage(ctx)
+                eval_stage(ctx, "baseline_eval")
+                for epoch in range(1, cfg.trainer.epochs + 1):
+                    epoch_stage(ctx, epoch)
+                eval_stage(ctx, "trained_eval")
+                if cfg.validation.extra_seeds:
+                    validation_stage(ctx)
+                summary = report_stage(ctx)
+        except BaseException as exc:
+            stage = ctx.stage or "setup"
+            run.fail_stage(stage, describe(exc))
+            tracker.fail(stage, exc)
+            raise
+        run.update(status=COMPLETED, failure=None)
+        tracker.finish()
+        return {"run_dir": str(run.path), "report": summary["report"], "mlflow": tracker.run_url(),
+                "tracking_uri": tracker.uri, "parent_run_id": tracker.parent_id}
+
+
+def run_experiment(config: ExperimentConfig, overrides: list[str] | None = None) -> dict[str, Any]:
+    """Run the flow for a typed config (the token travels in $KERNELFLOW_ENV_TOKEN, never as a parameter)."""
+    if config.env.token:
+        os.environ[TOKEN_ENV_VAR] = config.env.token
+    named = experiment_flow.with_options(flow_run_name=run_name(config))
+    return named(to_container(config), redact_overrides(list(overrides or [])))
+
+
+def failure_message(config: ExperimentConfig, exc: BaseException) -> str:
+    path = runs_root(config) / run_name(config)
+    failure = {}
+    if (path / "state.json").exists():
+        failure = RunDir(path).state().get("failure") or {}
+    stage = failure.get("stage", "setup")
+    return (
+        f"kernelflow: the run failed at stage {stage}: {describe(exc)}\n"
+        f"  run directory: {path} (state.json holds the cause; the MLflow run is marked FAILED)\n"
+        "  run the same command again to resume from the last completed stage or epoch"
+    )
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    try:
+        config = to_experiment_config(cfg)
+    except ConfigError as exc:
+        print(f"kernelflow: config error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    if config.dry_run:
+        print(render_plan(config))
+        return
+    try:
+        out = run_experiment(config, list(HydraConfig.get().overrides.task))
+    except Exception as exc:  # noqa: BLE001 - every failure is reported the same way, with its cause
+        print(failure_message(config, exc), file=sys.stderr)
+        sys.exit(1)
+    if config.is_tiny:
+        print("note: the policy of this run is a tiny random model: its numbers say nothing about any real model")
+    print(f"kernelflow: run complete: {out['run_dir']} ; report: {out['report']} ; MLflow: {out['mlflow']}")
+
+
+if __name__ == "__main__":
+    main()

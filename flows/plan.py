@@ -1,0 +1,86 @@
+"""The experiment's plan: its stages and what each costs, counted from the config without loading a model.
+
+`experiment_plan(config)` returns the numbers (training counts come from `kernelflow.train.plan`, the
+trainer's own arithmetic); `render_plan(config)` is the text `dry_run=true` prints. Submission and
+token counts for evaluation and validation are upper bounds: a correct first attempt gets no second
+one, and only tasks solved after training are re-judged on extra seeds.
+"""
+
+from __future__ import annotations
+
+from flows.config import ExperimentConfig
+from flows.endpoint import server_config_json
+from flows.run_dir import config_hash, run_name, runs_root
+from kernelflow.train import plan as trainer_plan
+
+
+def stages(config: ExperimentConfig) -> list[str]:
+    names = ["provenance", "baseline_eval"]
+    names += [f"epoch-{e}" for e in range(1, config.trainer.epochs + 1)]
+    names += ["trained_eval"]
+    if config.validation.extra_seeds:
+        names.append("seed_validation")
+    names.append("report")
+    return names
+
+
+def experiment_plan(config: ExperimentConfig) -> dict:
+    t = config.trainer
+    n_eval = len(config.tasks.all)
+    train = trainer_plan(t, len(config.tasks.train), n_eval)
+    eval_subs = 2 * train["eval_submissions_max"]  # before and after training
+    validation_subs = n_eval * config.validation.extra_seeds
+    return {
+        "run": run_name(config),
+        "config_hash": config_hash(config),
+        "stages": stages(config),
+        "tasks": {g: list(ids) for g, ids in config.tasks.groups.items()},
+        "episodes": train["episodes"],
+        "training_submissions": train["submissions"],
+        "updates": train["updates"],
+        "updates_per_epoch": train["updates_per_epoch"],
+        "evaluation_submissions_max": eval_subs,
+        "validation_submissions_max": validation_subs,
+        "training_tokens_max": train["generated_tokens_max"],
+        "evaluation_tokens_max": 2 * train["eval_generated_tokens_max"],
+        "tokens_per_turn": t.max_new_tokens,
+        "loss_normalizer": train["loss_normalizer"],
+    }
+
+
+def render_plan(config: ExperimentConfig) -> str:
+    p = experiment_plan(config)
+    t, e, env = config.trainer, config.eval, config.env
+    model = f"{config.model.model}@{config.model.revision}" if config.model.source == "hub" else config.model.source
+    lines = [
+        f"plan of experiment {config.name!r} (dry run: nothing is loaded, started or written)",
+        f"  run directory   {runs_root(config) / p['run']}",
+        f"  policy          {model} + LoRA r{config.lora.r} alpha {config.lora.alpha}"
+        + ("   [a tiny random model: its results mean nothing]" if config.is_tiny else ""),
+        f"  environment     {'embedded server' if not env.url else env.url}; {env.server.max_turns} turns, "
+        f"gamma {env.server.gamma}; evaluator {e.backend} at shape {e.shape!r}, {e.seeds} seed(s) per judgement",
+        f"  stages          {' -> '.join(p['stages'])}",
+        "  tasks",
+    ]
+    for group, ids in p["tasks"].items():
+        lines.append(f"    {group:<9} {len(ids):>2}  {' '.join(ids)}")
+    lines += [
+        f"  training        {t.epochs} epoch(s) x {len(config.tasks.train)} task(s) = {p['updates']} updates "
+        f"({t.estimator}, group {t.group_size}, T {t.temperature})",
+        f"    episodes               {p['episodes']}",
+        f"    training submissions   {p['training_submissions']}  ({t.group_size} x {env.server.max_turns} per update)",
+        f"    updates                {p['updates']}",
+        f"  evaluation      greedy, {t.eval_attempts} attempt(s), all {len(config.tasks.all)} tasks, before and after",
+        f"    evaluation submissions <= {p['evaluation_submissions_max']}",
+        f"  validation      {config.validation.extra_seeds} extra seed(s) per solved task: "
+        f"<= {p['validation_submissions_max']} submissions",
+        "  token budget (generated, upper bound)",
+        f"    per turn               {p['tokens_per_turn']}",
+        f"    training               {p['training_tokens_max']}",
+        f"    evaluation             {p['evaluation_tokens_max']}",
+        f"    total                  {p['training_tokens_max'] + p['evaluation_tokens_max']}",
+        f"  config hash     {p['config_hash']}",
+        "  environment server settings (`kernelflow serve --config FILE` with this JSON reproduces the embedded one):",
+    ]
+    lines += ["    " + line for line in server_config_json(env).splitlines()]
+    return "\n".join(lines)

@@ -1,0 +1,117 @@
+"""Provenance: everything needed to say exactly what produced a run's numbers, as flat string tags.
+
+`collect(config, run_hash, server_info)` gathers the code (git SHA and dirty flag), the config hash,
+the task suite (its hash and the KernelBench revision), package versions, Python, the GPU (name,
+driver, CUDA; "none" without one), the base model id and revision, the seeds, the evaluator version,
+and what the environment server reported (backend, device, its configuration hash).
+`adapter_tags(weight_sha256)` adds the trained adapter's weight hashes once a checkpoint exists.
+
+Nothing here fails a run: a probe that cannot answer (no git, no nvidia-smi) records "unknown".
+This module reads the machine; it does not log (stages.py sends the tags to MLflow).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from flows.config import ExperimentConfig
+from kernelflow.eval import EVALUATOR_VERSION
+from kernelflow.tasks import KERNELBENCH_REVISION, suite_hash
+
+PACKAGES = (
+    "kernelflow", "torch", "triton", "transformers", "peft", "trl", "openenv", "hydra-core", "omegaconf",
+    "prefect", "mlflow", "numpy",
+)
+UNKNOWN = "unknown"
+
+
+def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
+    try:
+        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip()
+
+
+def git_state(root: Path | None = None) -> dict[str, str]:
+    """The commit of the code that runs, and whether the working tree differs from it."""
+    root = root or Path(__file__).resolve().parent.parent
+    sha = _run(["git", "rev-parse", "HEAD"], root)
+    if sha is None:
+        return {"git.sha": UNKNOWN, "git.dirty": UNKNOWN}
+    status = _run(["git", "status", "--porcelain", "--untracked-files=no"], root)
+    return {"git.sha": sha, "git.dirty": UNKNOWN if status is None else str(bool(status)).lower()}
+
+
+def package_versions() -> dict[str, str]:
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[f"version.{name}"] = md.version(name)
+        except md.PackageNotFoundError:
+            out[f"version.{name}"] = "not installed"
+    return out
+
+
+def gpu_info() -> dict[str, str]:
+    """The trainer's view of the GPUs: names, driver, CUDA; 'none' on a CPU-only machine."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return {"gpu.name": "none", "gpu.count": "0", "gpu.driver": "none", "gpu.cuda": "none"}
+    names = sorted({torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())})
+    driver = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    return {
+        "gpu.name": ", ".join(names),
+        "gpu.count": str(torch.cuda.device_count()),
+        "gpu.driver": (driver.splitlines()[0] if driver else UNKNOWN),
+        "gpu.cuda": str(torch.version.cuda),
+    }
+
+
+def collect(config: ExperimentConfig, run_hash: str, server_info: dict[str, Any]) -> dict[str, str]:
+    """Every provenance tag of a run (see the module docstring)."""
+    model = config.model
+    trainer = config.trainer
+    v = config.validation
+    tags = {
+        "config.hash": run_hash,
+        "experiment.name": config.name,
+        "tasks.suite_hash": suite_hash(),
+        "tasks.kernelbench_revision": KERNELBENCH_REVISION,
+        "python": f"{platform.python_implementation()} {sys.version.split()[0]}",
+        "platform": platform.platform(),
+        "model.id": model.model if model.source != "tiny" else "tiny (random weights, built locally)",
+        "model.revision": model.revision or "n/a",
+        "model.source": model.source,
+        "policy.is_tiny_random": str(config.is_tiny).lower(),
+        "seed.trainer": str(trainer.seed),
+        "seed.env": str(trainer.env_seed),
+        "seed.eval_inputs": str(config.eval.seed_list()),
+        "seed.validation": str(validation_seeds(config)) if v.extra_seeds else "none",
+        "evaluator.version": EVALUATOR_VERSION,
+        "env.backend": str(server_info.get("backend", UNKNOWN)),
+        "env.device": str(server_info.get("device", UNKNOWN)),
+        "env.config_hash": str(server_info.get("config_hash", UNKNOWN)),
+        "env.embedded": str(not bool(config.env.url)).lower(),
+        "env.url": config.env.url or "embedded",
+    }
+    tags.update(git_state())
+    tags.update(package_versions())
+    tags.update(gpu_info())
+    return tags
+
+
+def validation_seeds(config: ExperimentConfig) -> list[int]:
+    """The reset seeds of extra-seed validation: disjoint blocks of eval.seeds inputs each."""
+    v = config.validation
+    return [v.seed_start + k * config.eval.seeds for k in range(v.extra_seeds)]
+
+
+def adapter_tags(weight_sha256: dict[str, str]) -> dict[str, str]:
+    return {f"adapter.sha256.{name}": digest for name, digest in sorted(weight_sha256.items())}

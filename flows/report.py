@@ -1,0 +1,216 @@
+"""The run's report: the pilot's before/after table, per-task numbers, fast_p, plots; and its Prefect artifacts.
+
+`write_report(run, config)` reads what the stages stored in the run directory (both evaluations'
+results.json, each epoch's updates.json, validation.json) and writes `<run>/report/`:
+
+    report.md                   the tables below, with the plots linked
+    reward_per_update.png       mean reward of every update's group, epochs marked
+    per_task_before_after.png   each task's best greedy reward before and after training
+    tasks.csv                   the per-task table
+
+Tables: the pilot's (task group x before/after correct counts, plus the overall first-turn row), a
+per-task table (statuses, reward, runtime, roofline fraction, speedup vs eager, extra seeds), and
+fast_p for p in {0, 1, 1.2}. A run whose policy is the tiny random model says so at the top.
+`publish_prefect` shows the same report in the Prefect UI (a markdown and a table artifact).
+This module reads files and renders; it computes no rewards and logs nothing to MLflow.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flows import results
+from flows.config import ExperimentConfig
+from flows.run_dir import RunDir, read_json
+
+TINY_WARNING = (
+    "**This run's policy is a tiny random model** (built locally, random weights): it writes no working "
+    "kernels, so every count below is expected to be zero. The run checks that the pipeline works end to end; "
+    "its numbers say nothing about any real model."
+)
+GROUP_LABELS = {"train": "train", "reserved": "reserved", "heldout": "held-out"}
+
+
+@dataclass
+class RenderedReport:
+    path: Path
+    markdown: str
+    rows: list[dict[str, Any]]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def _load(path: Path, default: Any) -> Any:
+    return read_json(path) if path.is_file() else default
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def pilot_table(before: dict, after: dict, groups: dict[str, tuple[str, ...]]) -> list[str]:
+    b, a = results.group_counts(before, groups), results.group_counts(after, groups)
+    lines = ["| task group | tasks | before: correct | after: correct |", "|---|---:|---:|---:|"]
+    for g in groups:
+        lines.append(f"| {GROUP_LABELS.get(g, g)} | {b[g]['tasks']} | {b[g]['correct']} | {a[g]['correct']} |")
+    o_b, o_a = b["overall"], a["overall"]
+    lines.append(f"| **overall, first turn** | {o_b['tasks']} | {o_b['first']} | {o_a['first']} |")
+    lines.append(f"| overall, two attempts | {o_b['tasks']} | {o_b['correct']} | {o_a['correct']} |")
+    return lines
+
+
+def task_rows(config: ExperimentConfig, before: dict, after: dict, validation: dict) -> list[dict[str, Any]]:
+    rows = []
+    for tid in config.tasks.all:
+        b, a = before.get(tid, {}), after.get(tid, {})
+        v = validation.get("tasks", {}).get(tid)
+        rows.append({
+            "task": tid,
+            "group": GROUP_LABELS.get(config.tasks.group_of(tid), ""),
+            "before": " / ".join(s or "?" for s in b.get("statuses", [])) or "—",
+            "after": " / ".join(s or "?" for s in a.get("statuses", [])) or "—",
+            "reward_before": b.get("reward"),
+            "reward_after": a.get("reward"),
+            "runtime_ms": a.get("runtime_ms"),
+            "roofline_fraction": a.get("roofline_fraction"),
+            "speedup_vs_eager": a.get("speedup_vs_eager"),
+            "extra_seeds": None if v is None else f"{v['correct']}/{len(validation.get('seeds', []))}",
+        })
+    return rows
+
+
+def plot_rewards(updates: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    xs = [u["update"] for u in updates]
+    ax.plot(xs, [u["reward_mean"] for u in updates], marker="o", label="mean reward of the group")
+    ax.fill_between(xs, [u["reward_mean"] - u["reward_std"] for u in updates],
+                    [u["reward_mean"] + u["reward_std"] for u in updates], alpha=0.2, label="± std")
+    for e in sorted({u["epoch"] for u in updates})[1:]:
+        ax.axvline(min(u["update"] for u in updates if u["epoch"] == e) - 0.5, color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("update")
+    ax.set_ylabel("reward")
+    ax.set_title("Reward per update (dashed: epoch boundaries)")
+    ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_before_after(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    xs = range(len(rows))
+    ax.bar([x - 0.2 for x in xs], [r["reward_before"] or 0.0 for r in rows], width=0.4, label="before (base model)")
+    ax.bar([x + 0.2 for x in xs], [r["reward_after"] or 0.0 for r in rows], width=0.4, label="after (adapter)")
+    ax.set_xticks(list(xs), [r["task"] for r in rows], rotation=35, ha="right", fontsize=8)
+    ax.set_ylabel("best greedy reward")
+    ax.set_title("Per-task reward before and after training")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_report(run: RunDir, config: ExperimentConfig, mlflow_run: str = "") -> RenderedReport:
+    """Render the report into `<run>/report/` from the stored stage results (see the module docstring)."""
+    before = results.outcomes(_load(run.path / "baseline_eval" / "results.json", []))
+    after = results.outcomes(_load(run.path / "trained_eval" / "results.json", []))
+    validation = _load(run.path / "seed_validation" / "validation.json", {})
+    updates = []
+    for epoch in range(1, config.trainer.epochs + 1):
+        updates += _load(run.path / f"epoch-{epoch}" / "updates.json", [])
+    provenance = _load(run.path / "provenance" / "provenance.json", {})
+    out = run.report_dir
+    rows = task_rows(config, before, after, validation)
+    if updates:
+        plot_rewards(updates, out / "reward_per_update.png")
+    plot_before_after(rows, out / "per_task_before_after.png")
+    with open(out / "tasks.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+    m = config.model
+    model = f"{m.model} @ {m.revision}" if m.source == "hub" else ("tiny random model" if m.source == "tiny" else m.model)
+    lines = [f"# kernelflow report: {run.path.name}", ""]
+    if config.is_tiny:
+        lines += [f"> {TINY_WARNING}", ""]
+    lines += [
+        f"- policy: {model} + LoRA r{config.lora.r} alpha {config.lora.alpha}; {config.trainer.estimator}, "
+        f"{config.trainer.epochs} epoch(s), group {config.trainer.group_size}, T {config.trainer.temperature}, "
+        f"{config.trainer.max_new_tokens} tokens per turn, seed {config.trainer.seed}",
+        f"- evaluator: {provenance.get('env.backend', config.eval.backend)} on {provenance.get('env.device', '?')}, "
+        f"shape {config.eval.shape}, evaluator {provenance.get('evaluator.version', '?')}",
+        f"- code: git {provenance.get('git.sha', '?')} (dirty: {provenance.get('git.dirty', '?')}); "
+        f"config hash {provenance.get('config.hash', '?')[:12]}; KernelBench {provenance.get('tasks.kernelbench_revision', '?')}",
+    ]
+    if mlflow_run:
+        lines.append(f"- MLflow: {mlflow_run}")
+    lines += ["", "## Correct tasks before and after training (greedy, two attempts)", ""]
+    lines += pilot_table(before, after, config.tasks.groups)
+    lines += ["", "## Per task (after training: the first correct attempt's numbers)", "",
+              "| task | group | before | after | reward before | reward after | runtime ms | roofline fraction "
+              "| speedup vs eager | extra seeds |",
+              "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(
+            f"| {r['task']} | {r['group']} | {r['before']} | {r['after']} | {_fmt(r['reward_before'])} | "
+            f"{_fmt(r['reward_after'])} | {_fmt(r['runtime_ms'], 4)} | {_fmt(r['roofline_fraction'])} | "
+            f"{_fmt(r['speedup_vs_eager'], 2)} | {_fmt(r['extra_seeds'])} |"
+        )
+    lines += ["", "## fast_p (correct and faster than eager PyTorch by more than p)", "",
+              "| p | before | after |", "|---:|---:|---:|"]
+    metrics: dict[str, float] = {}
+    for p in results.FAST_P:
+        fb, fa = results.fast_p(before, p), results.fast_p(after, p)
+        metrics[f"report/fast_{p:g}/before"], metrics[f"report/fast_{p:g}/after"] = fb, fa
+        lines.append(f"| {p:g} | {fb:.2f} | {fa:.2f} |")
+    if config.eval.backend == "interpret":
+        lines += ["", "The interpreter backend does not time kernels: runtimes are missing and fast_p for p > 0 is 0."]
+    if validation:
+        lines += ["", "## Extra-seed validation", "",
+                  f"Every task solved after training was re-judged on {len(validation['seeds'])} extra seed(s) "
+                  f"{validation['seeds']} at shape {validation['shape']!r}: {validation['validated']} of "
+                  f"{validation['solved']} solved task(s) were correct on all of them."]
+    if updates:
+        lines += ["", "## Training", "", f"{len(updates)} update(s); mean reward per update:", "",
+                  "![reward per update](reward_per_update.png)"]
+    lines += ["", "![per-task reward before and after](per_task_before_after.png)", ""]
+    markdown = "\n".join(lines)
+    path = out / "report.md"
+    path.write_text(markdown)
+    return RenderedReport(path=path, markdown=markdown, rows=rows, metrics=metrics)
+
+
+def artifact_key(name: str) -> str:
+    """A Prefect artifact key (lowercase letters, digits and dashes) from a run name."""
+    return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
+
+
+def publish_prefect(rendered: RenderedReport, run_name: str) -> None:
+    """The report as Prefect artifacts of the current flow run (markdown, and the per-task table)."""
+    from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+    key = artifact_key(f"kernelflow-report-{run_name}")
+    create_markdown_artifact(markdown=rendered.markdown, key=key, description=f"kernelflow report of {run_name}")
+    table = [{k: _fmt(v) for k, v in row.items()} for row in rendered.rows]
+    create_table_artifact(table=table, key=artifact_key(f"kernelflow-tasks-{run_name}"),
+                          description=f"per-task results of {run_name}")

@@ -1,0 +1,268 @@
+"""The experiment's stages as Prefect tasks: provenance, greedy evaluation, a training epoch, validation, report.
+
+Each task runs one stage of one run (`RunContext`): it is skipped when the run's state says it is
+complete, and otherwise runs inside its nested MLflow run, writes its files to `<run>/<stage>/`,
+logs its metrics and artifacts, and marks itself complete last, so a kill at any point leaves the
+stage to be redone, never half-counted. Every submission goes through the environment endpoint and is
+recorded (`transcripts.py`).
+
+The policy is loaded once, when a stage first needs it, and restored from the last completed epoch's
+checkpoint, so a resumed run continues exactly where the saved one stopped.
+
+Testing hook: with KERNELFLOW_FAIL_STAGE=<stage> in the environment, that stage raises at its start
+(the resume tests use it to fail a run at a chosen point). This module does not order the stages
+(`experiment.py` does) or render the report (`report.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from flows import provenance, results
+from flows.config import ExperimentConfig
+from flows.endpoint import Endpoint, server_config_json
+from flows.run_dir import RunDir, config_hash, read_json, split_settings, write_json
+from flows.tracking import Tracker
+from flows.transcripts import Recorder
+
+FAIL_ENV_VAR = "KERNELFLOW_FAIL_STAGE"
+
+
+class InjectedFailure(RuntimeError):
+    """Raised by the KERNELFLOW_FAIL_STAGE testing hook."""
+
+
+class RunContext:
+    """What every stage of one run shares: config, run directory, tracker, endpoint and the trainer loop."""
+
+    def __init__(self, config: ExperimentConfig, run: RunDir, tracker: Tracker, endpoint: Endpoint | None = None):
+        self.config = config
+        self.run = run
+        self.tracker = tracker
+        self.endpoint = endpoint
+        self.stage: str | None = None  # the stage running now (named in a failure)
+        self.recorder: Recorder | None = None
+        self._loop = None
+
+    def sessions(self) -> Callable[[], Any]:
+        """A session factory that records into the current stage's recorder."""
+        timeout = self.config.trainer.message_timeout_s
+
+        def make():
+            assert self.endpoint is not None and self.recorder is not None, "no endpoint or stage recorder"
+            return self.recorder.factory(self.endpoint.url, self.endpoint.token, timeout)()
+
+        return make
+
+    def loop(self):
+        """The trainer loop, built on first use and restored from the last completed epoch's checkpoint."""
+        if self._loop is None:
+            from kernelflow.train import load_policy, plan
+            from kernelflow.train.trainer import GRPOLoop
+
+            t = self.config.trainer
+            print(f"loading the policy ({t.policy.source}: {t.policy.model})")
+            policy = load_policy(t.policy, t.lora, seed=t.seed)
+            total = plan(t, len(self.config.tasks.train))["updates"]
+            self._loop = GRPOLoop(t, policy, session_factory=self.sessions(), total_updates=total)
+            done = self.run.last_completed_epoch(t.epochs)
+            if done:
+                info = self._loop.load_checkpoint(self.run.checkpoint_dir(done))
+                print(f"resumed the trainer from epoch {done} ({info.updates} updates) at {info.path}")
+        return self._loop
+
+
+def run_stage(ctx: RunContext, stage: str, body: Callable[[str], dict]) -> dict:
+    """Skip a completed stage; else run `body(mlflow_run_id)` in its nested run and mark it complete."""
+    if ctx.run.completed(stage):
+        print(f"stage {stage}: already completed in {ctx.run.path}; skipped")
+        return ctx.run.state()["stages"][stage].get("summary", {})
+    ctx.stage = stage
+    ctx.run.start_stage(stage)
+    with ctx.tracker.stage(stage) as run_id:
+        if os.environ.get(FAIL_ENV_VAR) == stage:
+            raise InjectedFailure(f"injected failure at stage {stage} ({FAIL_ENV_VAR}={stage})")
+        summary = body(run_id)
+    ctx.run.finish_stage(stage, summary=summary)
+    ctx.stage = None
+    return summary
+
+
+@task(name="provenance", cache_policy=NO_CACHE)
+def provenance_stage(ctx: RunContext) -> dict:
+    """Tag the parent run with provenance, log the config as params, save config and server settings."""
+
+    def body(run_id: str) -> dict:
+        cfg, run, tracker = ctx.config, ctx.run, ctx.tracker
+        h = config_hash(cfg)
+        tags = provenance.collect(cfg, h, ctx.endpoint.info if ctx.endpoint else {})
+        result_keys, placement = split_settings(cfg)
+        placement = {f"config.{k}": v for k, v in placement.items()}
+        for rid in (tracker.parent_id, run_id):
+            tracker.set_tags(rid, tags)
+        tracker.set_tags(tracker.parent_id, placement)  # where it ran may change between attempts: tags, not params
+        tracker.log_params(tracker.parent_id, result_keys)
+        d = run.stage_dir("provenance")
+        write_json(d / "provenance.json", tags)
+        (run.path / "env_server.json").write_text(server_config_json(cfg.env) + "\n")
+        tracker.log_artifacts(run_id, d)
+        tracker.log_artifacts(tracker.parent_id, run.path / "config.yaml", "config")
+        tracker.log_artifacts(tracker.parent_id, run.path / "env_server.json", "config")
+        print(f"provenance: git {tags['git.sha'][:12]} (dirty {tags['git.dirty']}), config {h[:12]}, "
+              f"suite {tags['tasks.suite_hash'][:12]}, evaluator {tags['evaluator.version']}, gpu {tags['gpu.name']}")
+        return {"git_sha": tags["git.sha"], "config_hash": h}
+
+    return run_stage(ctx, "provenance", body)
+
+
+@task(name="greedy-evaluation", task_run_name="{stage}", cache_policy=NO_CACHE)
+def eval_stage(ctx: RunContext, stage: str) -> dict:
+    """Greedy evaluation of every task (two attempts): the base model before training, the adapter after."""
+
+    def body(run_id: str) -> dict:
+        cfg, run, tracker = ctx.config, ctx.run, ctx.tracker
+        loop = ctx.loop()
+        expected = 0 if stage == "baseline_eval" else cfg.trainer.epochs
+        if loop.epochs_completed != expected:
+            raise RuntimeError(f"{stage} needs the policy after {expected} epoch(s), but it has {loop.epochs_completed}")
+        ctx.recorder = Recorder(stage)
+        records = [r.to_dict() for r in loop.greedy_evaluate(list(cfg.tasks.all), seed=cfg.trainer.env_seed)]
+        d = run.stage_dir(stage)
+        for r in records:
+            r["group"] = cfg.tasks.group_of(r["task_id"])
+        write_json(d / "results.json", records)
+        counts = ctx.recorder.write(d)
+        outs = results.outcomes(records)
+        metrics: dict[str, float | None] = {}
+        for o in outs.values():
+            metrics.update(results.task_metrics(o))
+        metrics.update(results.summary_metrics(outs, cfg.tasks.groups))
+        tracker.log_metrics(run_id, metrics)
+        tracker.log_metrics(tracker.parent_id, {f"{stage}/{k}": v for k, v in metrics.items()})
+        tracker.log_artifacts(run_id, d, stage)
+        table = results.group_counts(outs, cfg.tasks.groups)
+        print(f"{stage}: " + ", ".join(f"{g} {c['first']}/{c['tasks']} first, {c['correct']}/{c['tasks']} by 2nd"
+                                       for g, c in table.items()))
+        return {"groups": table, **counts}
+
+    return run_stage(ctx, stage, body)
+
+
+@task(name="train-epoch", task_run_name="epoch-{epoch}", cache_policy=NO_CACHE)
+def epoch_stage(ctx: RunContext, epoch: int) -> dict:
+    """One training epoch (one update per training task), then a checkpoint."""
+    stage = f"epoch-{epoch}"
+
+    def body(run_id: str) -> dict:
+        cfg, run, tracker = ctx.config, ctx.run, ctx.tracker
+        loop = ctx.loop()
+        ctx.recorder = Recorder(stage)
+        updates = loop.train_epoch(epoch, list(cfg.tasks.train))
+        info = loop.save_checkpoint(run.checkpoint_dir(epoch))
+        d = run.stage_dir(stage)
+        write_json(d / "updates.json", [m.to_dict() for m in updates])
+        counts = ctx.recorder.write(d)
+        meta = read_json(info.path / "trainer_state.json")
+        adapter = provenance.adapter_tags(meta.get("weight_sha256", {}))
+        for m in updates:  # logged once the epoch is complete, so a redone epoch never logs a step twice
+            scalars = m.scalars()
+            tracker.log_metrics(run_id, scalars, step=m.update)
+            tracker.log_metrics(tracker.parent_id, {f"train/{k}": v for k, v in scalars.items()}, step=m.update)
+        tracker.set_tags(run_id, {**adapter, "checkpoint": str(info.path)})
+        tracker.set_tags(tracker.parent_id, adapter)
+        tracker.log_artifacts(run_id, d, stage)
+        if epoch == cfg.trainer.epochs:
+            tracker.log_artifacts(tracker.parent_id, info.adapter_path, "adapter")
+        rewards = [m.reward_mean for m in updates]
+        print(f"{stage}: {len(updates)} update(s), mean reward {sum(rewards) / len(rewards):.3f}; checkpoint {info.path}")
+        return {"updates": loop.updates, "checkpoint": str(info.path), "weight_sha256": meta.get("weight_sha256", {}),
+                **counts}
+
+    return run_stage(ctx, stage, body)
+
+
+@task(name="seed-validation", cache_policy=NO_CACHE)
+def validation_stage(ctx: RunContext) -> dict:
+    """Re-judge each task solved after training with its solving kernel on the extra seeds."""
+
+    def body(run_id: str) -> dict:
+        cfg, run, tracker = ctx.config, ctx.run, ctx.tracker
+        records = read_json(run.stage_dir("trained_eval") / "results.json")
+        seeds = provenance.validation_seeds(cfg)
+        ctx.recorder = Recorder("seed_validation")
+        outcome = validate(ctx.recorder, ctx.endpoint, records, seeds, cfg.eval.shape, cfg.env.server.max_sessions,
+                           cfg.trainer.message_timeout_s)
+        d = run.stage_dir("seed_validation")
+        write_json(d / "validation.json", outcome)
+        counts = ctx.recorder.write(d)
+        metrics = {}
+        for tid, v in outcome["tasks"].items():
+            metrics[f"{tid}/extra_seeds_correct"] = v["correct"] / len(seeds)
+            metrics[f"{tid}/extra_seeds_passed"] = float(v["passed"])
+        metrics["validated"] = float(outcome["validated"])
+        tracker.log_metrics(run_id, metrics)
+        tracker.log_metrics(tracker.parent_id, {f"seed_validation/{k}": v for k, v in metrics.items()})
+        tracker.log_artifacts(run_id, d, "seed_validation")
+        print(f"seed validation: {outcome['validated']}/{outcome['solved']} solved task(s) correct on all "
+              f"{len(seeds)} extra seed(s) {seeds}")
+        return {"solved": outcome["solved"], "validated": outcome["validated"], **counts}
+
+    return run_stage(ctx, "seed_validation", body)
+
+
+def validate(recorder: Recorder, endpoint: Endpoint, records: list[dict], seeds: list[int], shape: str,
+             max_sessions: int, timeout_s: float) -> dict:
+    """Submit each solving kernel once per seed (a fresh episode each) and count the correct verdicts."""
+    solved = {}
+    for r in records:
+        turn = next((t for t in r["turns"] if t["correct"]), None)
+        if turn is not None:
+            solved[r["task_id"]] = turn["answer"]
+    make = recorder.factory(endpoint.url, endpoint.token, timeout_s)
+
+    def judge(job: tuple[str, int]) -> tuple[str, int, dict]:
+        task_id, seed = job
+        session = make()
+        try:
+            session.reset(task_id, seed=seed, shape=shape)
+            obs = session.step(solved[task_id])
+        finally:
+            session.close()
+        return task_id, seed, {"status": obs.status, "correct": bool(obs.correct), "reward": obs.reward}
+
+    jobs = [(t, s) for t in solved for s in seeds]
+    tasks: dict[str, dict] = {t: {"seeds": {}, "correct": 0} for t in solved}
+    if jobs:
+        with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), max_sessions)), thread_name_prefix="validate") as pool:
+            for task_id, seed, v in pool.map(judge, jobs):
+                tasks[task_id]["seeds"][str(seed)] = v
+                tasks[task_id]["correct"] += int(v["correct"])
+    for v in tasks.values():
+        v["passed"] = v["correct"] == len(seeds)
+    return {"seeds": seeds, "shape": shape, "solved": len(solved), "validated": sum(v["passed"] for v in tasks.values()),
+            "tasks": tasks}
+
+
+@task(name="report", cache_policy=NO_CACHE)
+def report_stage(ctx: RunContext) -> dict:
+    """Render the report (markdown + PNG plots), log it to MLflow and publish it as Prefect artifacts."""
+    from flows import report
+
+    def body(run_id: str) -> dict:
+        cfg, run, tracker = ctx.config, ctx.run, ctx.tracker
+        rendered = report.write_report(run, cfg, mlflow_run=tracker.run_url())
+        tracker.log_metrics(tracker.parent_id, rendered.metrics)
+        tracker.log_artifacts(run_id, run.report_dir, "report")
+        tracker.log_artifacts(tracker.parent_id, run.report_dir, "report")
+        if cfg.tracking.prefect_artifacts:
+            report.publish_prefect(rendered, run.path.name)
+        return {"report": str(rendered.path), "metrics": json.loads(json.dumps(rendered.metrics))}
+
+    return run_stage(ctx, "report", body)

@@ -1,0 +1,174 @@
+"""MLflow tracking of one run: a parent run per experiment run, a nested run per stage, resumable.
+
+The tracking URI is always set explicitly (MLflow 3 would otherwise write `./mlflow.db` wherever the
+process starts): `tracking.uri`, or the embedded store `sqlite:///<runs_root>/mlflow.db` with
+artifacts in `<runs_root>/mlartifacts`, one database for every run of the project directory.
+
+Run ids are kept in the run directory's state, so a resumed run logs into the same parent run and
+into the same nested run of a stage that failed before: re-running after a kill never duplicates
+runs. A stage run is FINISHED when its stage completes and FAILED (tags `kernelflow.error`) when it
+raises; the parent is FAILED with `kernelflow.failed_stage` and `kernelflow.failure` until a later
+attempt completes. Everything goes through an explicit `MlflowClient` (no fluent global state).
+
+This module logs what it is given; what is logged per stage is decided in `stages.py`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from flows.config import ExperimentConfig
+from flows.run_dir import RunDir, runs_root
+
+log = logging.getLogger("kernelflow.flows")
+
+RUN_TAG = "kernelflow.run"  # the run directory's name, on the parent and every stage run
+STAGE_TAG = "kernelflow.stage"
+MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
+MAX_TAG_CHARS = 5000
+
+
+def tracking_uri(config: ExperimentConfig) -> str:
+    if config.tracking.uri:
+        return config.tracking.uri
+    return f"sqlite:///{runs_root(config) / 'mlflow.db'}"
+
+
+class Tracker:
+    """The MLflow side of one run directory (see the module docstring)."""
+
+    def __init__(self, config: ExperimentConfig, run: RunDir):
+        from mlflow.tracking import MlflowClient
+
+        self.config = config
+        self.run = run
+        self.uri = tracking_uri(config)
+        self.client = MlflowClient(tracking_uri=self.uri)
+        self.experiment_id = self._experiment()
+        self.parent_id = self._parent()
+
+    # -- runs --------------------------------------------------------------------------------------
+
+    def _experiment(self) -> str:
+        name = self.config.tracking.experiment
+        exp = self.client.get_experiment_by_name(name)
+        if exp is not None:
+            return exp.experiment_id
+        location = None
+        if not self.config.tracking.uri:  # embedded store: artifacts beside the database
+            location = (runs_root(self.config) / "mlartifacts").as_uri()
+        return self.client.create_experiment(name, artifact_location=location)
+
+    def _existing(self, run_id: str | None) -> str | None:
+        if not run_id:
+            return None
+        try:
+            return self.client.get_run(run_id).info.run_id
+        except Exception:  # deleted, or another store: start a new one
+            return None
+
+    def _parent(self) -> str:
+        ids = self.run.mlflow_ids()
+        same_store = ids.get("tracking_uri") == self.uri
+        parent = self._existing(ids.get("parent_run_id")) if same_store else None
+        if parent is None:
+            parent = self.client.create_run(
+                self.experiment_id, run_name=self.run.path.name, tags={RUN_TAG: self.run.path.name},
+            ).info.run_id
+            self.run.set_mlflow_ids(tracking_uri=self.uri, experiment_id=self.experiment_id, parent_run_id=parent,
+                                    stage_runs={})
+        else:
+            self.client.update_run(parent, status="RUNNING")
+        return parent
+
+    def stage_run(self, stage: str) -> str:
+        """The nested run of `stage` (the same one on every attempt)."""
+        runs = dict(self.run.mlflow_ids().get("stage_runs", {}))
+        run_id = self._existing(runs.get(stage))
+        if run_id is None:
+            run_id = self.client.create_run(
+                self.experiment_id, run_name=stage,
+                tags={"mlflow.parentRunId": self.parent_id, RUN_TAG: self.run.path.name, STAGE_TAG: stage},
+            ).info.run_id
+            runs[stage] = run_id
+            self.run.set_mlflow_ids(stage_runs=runs)
+        else:
+            self.client.update_run(run_id, status="RUNNING")
+        return run_id
+
+    @contextmanager
+    def stage(self, stage: str) -> Iterator[str]:
+        """Run a stage inside its nested run: FINISHED on success, FAILED with the cause on an exception."""
+        run_id = self.stage_run(stage)
+        try:
+            yield run_id
+        except BaseException as exc:
+            self.set_tags(run_id, {"kernelflow.error": describe(exc)})
+            self.client.set_terminated(run_id, status="FAILED")
+            raise
+        self.client.set_terminated(run_id, status="FINISHED")
+
+    def fail(self, stage: str, exc: BaseException) -> None:
+        self.set_tags(self.parent_id, {"kernelflow.failed_stage": stage, "kernelflow.failure": describe(exc),
+                                       "kernelflow.status": "failed"})
+        self.client.set_terminated(self.parent_id, status="FAILED")
+
+    def finish(self) -> None:
+        self.set_tags(self.parent_id, {"kernelflow.failed_stage": "", "kernelflow.failure": "",
+                                       "kernelflow.status": "completed"})
+        self.client.set_terminated(self.parent_id, status="FINISHED")
+
+    # -- logging -----------------------------------------------------------------------------------
+
+    def log_params(self, run_id: str, params: Mapping[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, str(v)[:MAX_PARAM_CHARS]) for k, v in sorted(params.items())]
+        for i in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
+            self.client.log_batch(run_id, params=items[i : i + 100])
+
+    def set_tags(self, run_id: str, tags: Mapping[str, Any]) -> None:
+        from mlflow.entities import RunTag
+
+        items = [RunTag(k, str(v)[:MAX_TAG_CHARS]) for k, v in sorted(tags.items())]
+        for i in range(0, len(items), 100):
+            self.client.log_batch(run_id, tags=items[i : i + 100])
+
+    def log_metrics(self, run_id: str, metrics: Mapping[str, float | None], step: int = 0) -> None:
+        """Log numbers (None becomes NaN, so every expected key exists even when a value does not)."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        items = [Metric(k, _number(v), now, step) for k, v in sorted(metrics.items())]
+        for i in range(0, len(items), 1000):
+            self.client.log_batch(run_id, metrics=items[i : i + 1000])
+
+    def log_artifacts(self, run_id: str, local: Path, artifact_path: str | None = None) -> None:
+        if not self.config.tracking.log_artifacts or not local.exists():
+            return
+        if local.is_dir():
+            self.client.log_artifacts(run_id, str(local), artifact_path)
+        else:
+            self.client.log_artifact(run_id, str(local), artifact_path)
+
+    def run_url(self) -> str:
+        """Where to look at the parent run."""
+        if self.uri.startswith("http"):
+            return f"{self.uri.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.parent_id}"
+        return f"run {self.parent_id} in {self.uri} (browse: mlflow ui --backend-store-uri {self.uri})"
+
+
+def _number(value: float | None) -> float:
+    if value is None:
+        return math.nan
+    return float(value)
+
+
+def describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:MAX_TAG_CHARS]
