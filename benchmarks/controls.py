@@ -53,6 +53,7 @@ def main() -> int:
         v = evaluator.evaluate(task_id, solution_source(task_id))
         wall = time.monotonic() - t0
         rows.append({**v.to_dict(), "verdict_wall_s": wall})
+        (out / "controls.partial.json").write_text(json.dumps(rows, indent=1))  # survives a cut-short run
         print(f"{task_id:<18} {v.status:<10} runtime {fmt(v.runtime_ms)} ms  t_min {fmt(v.t_min_ms)}  "
               f"roofline {fmt(v.roofline_fraction)}  eager {fmt(v.eager_ms)}  reward {v.reward:.3f}  wall {wall:.1f}s",
               flush=True)
@@ -60,6 +61,7 @@ def main() -> int:
     for _ in range(args.repeats):
         v = evaluator.evaluate("19_ReLU", solution_source("19_ReLU"))
         repeats.append(v.runtime_ms)
+        print(f"ReLU repeat: {v.status} runtime {fmt(v.runtime_ms)} ms", flush=True)
     spread = None
     timed_repeats = [r for r in repeats if r is not None]
     if timed_repeats:

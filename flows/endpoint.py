@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -74,8 +77,13 @@ def server_config_json(env: EnvAccess) -> str:
 
 
 @contextmanager
-def open_endpoint(env: EnvAccess, log_path: str | Path | None = None) -> Iterator[Endpoint]:
-    """The environment for one flow: embedded (started, then stopped) or remote (checked)."""
+def open_endpoint(env: EnvAccess, log_path: str | Path | None = None,
+                  pid_file: str | Path | None = None) -> Iterator[Endpoint]:
+    """The environment for one flow: embedded (started, then stopped) or remote (checked).
+
+    `pid_file` records the embedded server's PID while it runs, so the next attempt of a run whose
+    process was killed can stop the server it left behind.
+    """
     if env.url:
         info = fetch_server_info(env.url, token=env.token)
         check_server(info, env, env.url)
@@ -86,8 +94,13 @@ def open_endpoint(env: EnvAccess, log_path: str | Path | None = None) -> Iterato
 
     from kernelflow.env.server.launch import start_local_server
 
+    pid_file = Path(pid_file) if pid_file else None
+    if pid_file is not None:
+        reap_stale_server(pid_file)
     log.info("starting an embedded environment server (log: %s)", log_path or "temporary")
     server = start_local_server(env.server, log_path=log_path, startup_timeout_s=env.startup_timeout_s)
+    if pid_file is not None:
+        pid_file.write_text(f"{server.pid}\n")
     try:
         info = server.info()
         check_server(info, env, server.url)  # the embedded one must agree too: a cheap guard against drift
@@ -96,4 +109,35 @@ def open_endpoint(env: EnvAccess, log_path: str | Path | None = None) -> Iterato
         yield Endpoint(url=server.url, token=server.token, info=info, embedded=True)
     finally:
         server.stop()
+        if pid_file is not None:
+            pid_file.unlink(missing_ok=True)
         log.info("embedded environment server pid %d stopped", server.pid)
+
+
+def reap_stale_server(pid_file: Path) -> None:
+    """Stop the embedded server a killed earlier attempt left running (it runs in its own session).
+
+    Only a live process whose command line is `... -m kernelflow.env.server ...` is stopped, so a PID
+    reused by an unrelated process is left alone.
+    """
+    try:
+        pid = int(pid_file.read_text().split()[0])
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError, IndexError):
+        pid_file.unlink(missing_ok=True)
+        return
+    if b"kernelflow.env.server" not in cmdline:
+        pid_file.unlink(missing_ok=True)
+        return
+    log.warning("stopping the environment server pid %d left by an earlier, killed attempt", pid)
+    try:
+        os.killpg(pid, signal.SIGTERM)  # its own process group: the server and its evaluator workers
+        for _ in range(100):
+            time.sleep(0.1)
+            if not Path(f"/proc/{pid}").exists():
+                break
+        else:
+            os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    pid_file.unlink(missing_ok=True)

@@ -17,6 +17,8 @@ This module orders the stages and talks to the user; the stages' work lives in s
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import sys
 from typing import Any
@@ -28,7 +30,7 @@ from prefect import flow
 
 from flows.config import REDACTED, ExperimentConfig, from_parameters, register, to_container, to_experiment_config
 from flows.endpoint import open_endpoint
-from flows.plan import render_plan
+from flows.plan import render_plan, stages
 from flows.run_dir import COMPLETED, RUNNING, RunDir, run_name, runs_root
 from flows.schema import ConfigError
 from flows.stages import RunContext, epoch_stage, eval_stage, provenance_stage, report_stage, validation_stage
@@ -50,14 +52,18 @@ def experiment_flow(config: dict[str, Any], overrides: list[str] | None = None) 
     with run.locked():
         state = run.update(status=RUNNING, attempts=run.state().get("attempts", 0) + 1)
         (run.path / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(config)))
-        (run.path / "overrides.json").write_text(str(list(overrides or [])).replace("'", '"') + "\n")
+        (run.path / "overrides.json").write_text(json.dumps(list(overrides or [])) + "\n")
         print(f"run {run.path} (attempt {state['attempts']})" + ("; resuming" if state["stages"] else ""))
         if cfg.is_tiny:
             print("note: this experiment's policy is a tiny random model; it writes no working kernels")
         tracker = Tracker(cfg, run)
+        if all(run.completed(s) for s in stages(cfg)):
+            print(f"every stage of {run.path.name} is already complete; nothing to do")
+            tracker.finish()
+            return _summary(run, tracker)
         ctx = RunContext(cfg, run, tracker)
         try:
-            with open_endpoint(cfg.env, log_path=run.path / "env_server.log") as endpoint:
+            with open_endpoint(cfg.env, run.path / "env_server.log", run.path / "env_server.pid") as endpoint:
                 ctx.endpoint = endpoint
                 provenance_stage(ctx)
                 eval_stage(ctx, "baseline_eval")
@@ -66,16 +72,23 @@ def experiment_flow(config: dict[str, Any], overrides: list[str] | None = None) 
                 eval_stage(ctx, "trained_eval")
                 if cfg.validation.extra_seeds:
                     validation_stage(ctx)
-                summary = report_stage(ctx)
+                report_stage(ctx)
         except BaseException as exc:
-            stage = ctx.stage or "setup"
-            run.fail_stage(stage, describe(exc))
-            tracker.fail(stage, exc)
+            if ctx.stage is None:  # before any stage started, e.g. the environment server did not come up
+                run.fail_run("setup", describe(exc))
+            else:
+                run.fail_stage(ctx.stage, describe(exc))
+            tracker.fail(ctx.stage or "setup", exc)
             raise
         run.update(status=COMPLETED, failure=None)
         tracker.finish()
-        return {"run_dir": str(run.path), "report": summary["report"], "mlflow": tracker.run_url(),
-                "tracking_uri": tracker.uri, "parent_run_id": tracker.parent_id}
+        return _summary(run, tracker)
+
+
+def _summary(run: RunDir, tracker: Tracker) -> dict[str, Any]:
+    report = run.state()["stages"]["report"].get("summary", {}).get("report", str(run.report_dir / "report.md"))
+    return {"run_dir": str(run.path), "report": report, "mlflow": tracker.run_url(), "tracking_uri": tracker.uri,
+            "parent_run_id": tracker.parent_id}
 
 
 def run_experiment(config: ExperimentConfig, overrides: list[str] | None = None) -> dict[str, Any]:
@@ -101,6 +114,7 @@ def failure_message(config: ExperimentConfig, exc: BaseException) -> str:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per Prefect API call otherwise
     try:
         config = to_experiment_config(cfg)
     except ConfigError as exc:
@@ -114,6 +128,9 @@ def main(cfg: DictConfig) -> None:
     except Exception as exc:  # noqa: BLE001 - every failure is reported the same way, with its cause
         print(failure_message(config, exc), file=sys.stderr)
         sys.exit(1)
+    finally:
+        # Prefect's exit-time INFO lines (stopping its temporary server) would follow the final line.
+        logging.getLogger("prefect").setLevel(logging.WARNING)
     if config.is_tiny:
         print("note: the policy of this run is a tiny random model: its numbers say nothing about any real model")
     print(f"kernelflow: run complete: {out['run_dir']} ; report: {out['report']} ; MLflow: {out['mlflow']}")

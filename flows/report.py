@@ -93,6 +93,7 @@ def plot_rewards(updates: list[dict], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(7, 3.5))
     xs = [u["update"] for u in updates]
@@ -101,6 +102,7 @@ def plot_rewards(updates: list[dict], path: Path) -> None:
                     [u["reward_mean"] + u["reward_std"] for u in updates], alpha=0.2, label="± std")
     for e in sorted({u["epoch"] for u in updates})[1:]:
         ax.axvline(min(u["update"] for u in updates if u["epoch"] == e) - 0.5, color="grey", lw=0.8, ls="--")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("update")
     ax.set_ylabel("reward")
     ax.set_title("Reward per update (dashed: epoch boundaries)")

@@ -171,11 +171,17 @@ class RunDir:
         state["stages"].setdefault(stage, {}).update(status=COMPLETED, finished=_now(), error=None, **info)
         write_json(self.state_path, state)
 
-    def fail_stage(self, stage: str, error: str) -> None:
+    def fail_stage(self, stage: str, error: str, run_failed: bool = True) -> None:
+        """Mark `stage` failed with `error`; `run_failed` also marks the run (False: a side stage like rejudging)."""
         state = self.state()
         state["stages"].setdefault(stage, {}).update(status=FAILED, finished=_now(), error=error)
-        state.update(status=FAILED, failure={"stage": stage, "error": error, "at": _now()})
+        if run_failed:
+            state.update(status=FAILED, failure={"stage": stage, "error": error, "at": _now()})
         write_json(self.state_path, state)
+
+    def fail_run(self, where: str, error: str) -> None:
+        """Mark the run failed outside any stage (`where`: e.g. setup)."""
+        self.update(status=FAILED, failure={"stage": where, "error": error, "at": _now()})
 
     def last_completed_epoch(self, epochs: int) -> int:
         """The highest N such that epochs 1..N are all completed (0 when none is)."""

@@ -95,7 +95,7 @@ def run_stage(ctx: RunContext, stage: str, body: Callable[[str], dict]) -> dict:
     return summary
 
 
-@task(name="provenance", cache_policy=NO_CACHE)
+@task(name="provenance", task_run_name="provenance", cache_policy=NO_CACHE)
 def provenance_stage(ctx: RunContext) -> dict:
     """Tag the parent run with provenance, log the config as params, save config and server settings."""
 
@@ -188,7 +188,7 @@ def epoch_stage(ctx: RunContext, epoch: int) -> dict:
     return run_stage(ctx, stage, body)
 
 
-@task(name="seed-validation", cache_policy=NO_CACHE)
+@task(name="seed-validation", task_run_name="seed_validation", cache_policy=NO_CACHE)
 def validation_stage(ctx: RunContext) -> dict:
     """Re-judge each task solved after training with its solving kernel on the extra seeds."""
 
@@ -250,7 +250,7 @@ def validate(recorder: Recorder, endpoint: Endpoint, records: list[dict], seeds:
             "tasks": tasks}
 
 
-@task(name="report", cache_policy=NO_CACHE)
+@task(name="report", task_run_name="report", cache_policy=NO_CACHE)
 def report_stage(ctx: RunContext) -> dict:
     """Render the report (markdown + PNG plots), log it to MLflow and publish it as Prefect artifacts."""
     from flows import report

@@ -43,7 +43,8 @@ def tracking_uri(config: ExperimentConfig) -> str:
 class Tracker:
     """The MLflow side of one run directory (see the module docstring)."""
 
-    def __init__(self, config: ExperimentConfig, run: RunDir):
+    def __init__(self, config: ExperimentConfig, run: RunDir, reopen: bool = True):
+        """`reopen`: mark the parent RUNNING again (a resumed run); False leaves its status (rejudging)."""
         from mlflow.tracking import MlflowClient
 
         self.config = config
@@ -51,7 +52,7 @@ class Tracker:
         self.uri = tracking_uri(config)
         self.client = MlflowClient(tracking_uri=self.uri)
         self.experiment_id = self._experiment()
-        self.parent_id = self._parent()
+        self.parent_id = self._parent(reopen)
 
     # -- runs --------------------------------------------------------------------------------------
 
@@ -73,7 +74,7 @@ class Tracker:
         except Exception:  # deleted, or another store: start a new one
             return None
 
-    def _parent(self) -> str:
+    def _parent(self, reopen: bool) -> str:
         ids = self.run.mlflow_ids()
         same_store = ids.get("tracking_uri") == self.uri
         parent = self._existing(ids.get("parent_run_id")) if same_store else None
@@ -83,7 +84,7 @@ class Tracker:
             ).info.run_id
             self.run.set_mlflow_ids(tracking_uri=self.uri, experiment_id=self.experiment_id, parent_run_id=parent,
                                     stage_runs={})
-        else:
+        elif reopen:
             self.client.update_run(parent, status="RUNNING")
         return parent
 

@@ -53,6 +53,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return serve(args)
 
 
+def _cmd_rejudge(args: argparse.Namespace) -> int:
+    from flows.rejudge import rejudge_command
+
+    stages = [s for s in (args.stages or "").split(",") if s] or None
+    return rejudge_command(args.run, args.overrides, stages=stages, runs_root=args.runs_root)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kernelflow", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -79,6 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--config", default=None, help="a JSON file of server settings (EnvServerConfig fields)")
     p.set_defaults(func=_cmd_serve)
+
+    p = sub.add_parser("rejudge", help="re-judge a run's stored kernels into a new stage of that run")
+    p.add_argument("run", help="a run directory, or its name under --runs-root")
+    p.add_argument("overrides", nargs="*", help="KEY=VALUE changes to the run's config, e.g. env.url=http://host:8000")
+    p.add_argument("--stages", default=None, help="comma-separated stages to re-judge (default: every stored one)")
+    p.add_argument("--runs-root", default="runs", help="where run directories are looked up by name (default: runs)")
+    p.set_defaults(func=_cmd_rejudge)
     return parser
 
 

@@ -309,6 +309,11 @@ class JudgeSession:
             shutil.rmtree(workdir, ignore_errors=True)
             shutil.rmtree(sockdir, ignore_errors=True)
             self.buffers.clear()
+            if self.device.type == "cuda":
+                # Blocks shared over CUDA IPC stay reserved until the consumer is known to be gone;
+                # without this every verdict would leak its 6 GB buffers.
+                torch.cuda.ipc_collect()
+                torch.cuda.empty_cache()
 
     def _run(self, workdir: Path, sockdir: Path, start: float) -> SessionOutcome:
         try:

@@ -12,10 +12,16 @@ are judged by every prefix, so `torch.nn.functional.relu.__call__` and `torch.op
 caught like `torch.relu`. Imports follow an allow-list; torch calls follow an allow-list
 (allocation, shape and device queries); tensor methods follow a deny-list of compute names.
 
+Under the Triton interpreter a @triton.jit body is plain Python executed during the launch, so
+`pure_triton_kernels` also keeps kernel bodies from reading mutable module state or calling PyTorch
+tensor methods (on a GPU, Triton's compiler refuses both anyway).
+
 What it does not do: it cannot see types, so arithmetic operators on tensors (`x * (x > 0)`),
 builtins applied to tensors (`abs(x)`, `sum(x)`) and caching keyed on `data_ptr()` pass here; the
 worker's dispatch allow-list, launch counter and the judge's fresh-input checks catch those at run
-time. Static checks narrow the attack surface; they are not the sandbox.
+time. Code under `if __name__ == "__main__":` is checked like the rest (test harnesses that call
+torch ops are rejected; the prompt asks for no testing code). Static checks narrow the attack
+surface; they are not the sandbox.
 """
 
 from __future__ import annotations
@@ -134,6 +140,7 @@ class Analysis:
     def __init__(self, tree: ast.Module):
         self.tree = tree
         self.nodes = list(ast.walk(tree))
+        self.hits: list[tuple[ast.AST, tuple[str, str]]] | None = None  # see _classified
         self.aliases: dict[str, str] = {}
         self.called: set[int] = set()  # ids of expressions in call position
         self.inner: set[int] = set()  # ids of Attribute.value nodes (only whole chains are judged)
@@ -277,20 +284,22 @@ class _Findings:
 
 def _classified(a: Analysis, check_name: str) -> _Findings:
     """Every import, whole name chain or literal getattr that `classify` assigns to `check_name`."""
+    if a.hits is None:  # computed once per tree, shared by the checks
+        a.hits = []
+        for n in a.nodes:
+            quals: list[str] = []
+            if isinstance(n, ast.Import):
+                quals = [al.name for al in n.names]
+            elif isinstance(n, ast.ImportFrom) and n.module and not n.level:
+                quals = [f"{n.module}.{al.name}" for al in n.names if al.name != "*"]
+            elif isinstance(n, ast.Name | ast.Attribute) and id(n) not in a.inner or _literal_getattr(n):
+                q = a.qual(n)
+                quals = [q] if q else []
+            a.hits += [(n, hit) for hit in map(classify, quals) if hit]
     found = _Findings()
-    for n in a.nodes:
-        quals: list[str] = []
-        if isinstance(n, ast.Import):
-            quals = [al.name for al in n.names]
-        elif isinstance(n, ast.ImportFrom) and n.module and not n.level:
-            quals = [f"{n.module}.{al.name}" for al in n.names if al.name != "*"]
-        elif isinstance(n, ast.Name | ast.Attribute) and id(n) not in a.inner or _literal_getattr(n):
-            q = a.qual(n)
-            quals = [q] if q else []
-        for q in quals:
-            hit = classify(q)
-            if hit and hit[0] == check_name:
-                found.add(n, hit[1])
+    for n, (name, why) in a.hits:
+        if name == check_name:
+            found.add(n, why)
     return found
 
 
@@ -586,7 +595,8 @@ def run_static_checks(source: str) -> dict[str, Check]:
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
-        return {"parses": Check(False, f"line {exc.lineno}, column {exc.offset}: SyntaxError: {exc.msg}")}
+        where = f"line {exc.lineno}, column {exc.offset}: " if exc.lineno else ""
+        return {"parses": Check(False, f"{where}SyntaxError: {exc.msg}")}
     except (ValueError, RecursionError, MemoryError) as exc:
         return {"parses": Check(False, f"the source cannot be parsed: {type(exc).__name__}: {exc}")}
     checks = {"parses": Check(True)}

@@ -47,6 +47,13 @@ ALLOWED_ATEN = frozenset({
 })
 
 
+# The subset of ALLOWED_ATEN that queues no device work: a call's clock may start at its first launch
+# only when nothing but these ran before it.
+ALLOCATION_AND_VIEWS = ALLOWED_ATEN - {"fill_", "zero_", "clone", "contiguous", "zeros", "zeros_like", "ones",
+                                       "ones_like", "full", "full_like", "new_zeros", "new_ones", "new_full",
+                                       "resize_", "set_", "_local_scalar_dense"}
+
+
 class Report(Exception):
     """A fatal event to send to the judge (import failure, bad constructor)."""
 
@@ -85,6 +92,7 @@ class LaunchCounter:
         self.other = 0
         self.in_launch = 0
         self.wrapped: list[tuple[type, object]] = []
+        self.on_first_launch = None  # set per call: records the start event at the call's first launch
 
     def install(self) -> None:
         import triton.runtime.jit as jit
@@ -111,6 +119,9 @@ class LaunchCounter:
                     counter.own += 1
                 else:
                     counter.other += 1
+                if counter.on_first_launch is not None:
+                    hook, counter.on_first_launch = counter.on_first_launch, None
+                    hook()
             counter.in_launch += 1
             try:
                 return original(fn_self, *args, **kwargs)
@@ -132,10 +143,13 @@ def _make_guard(counter: LaunchCounter):
         def __init__(self):
             super().__init__()
             self.violations: list[str] = []
+            self.device_work_before_launch = False
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             if not counter.in_launch:
                 name = func.__name__.split(".")[0]
+                if counter.on_first_launch is not None and name not in ALLOCATION_AND_VIEWS:
+                    self.device_work_before_launch = True
                 if name not in ALLOWED_ATEN and name.rstrip("_") not in ALLOWED_ATEN:
                     if len(self.violations) < 20:
                         self.violations.append(str(func.__name__))
@@ -256,6 +270,10 @@ class Worker:
         if cuda:
             self.l2.zero_()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            at_launch = torch.cuda.Event(enable_timing=True)
+            # The clock starts at the call's first Triton launch when only allocation and views ran
+            # before it (host-side Python is not kernel time); otherwise at the start of forward.
+            self.counter.on_first_launch = at_launch.record
             torch.cuda.synchronize()
             start.record()
         t0 = time.perf_counter()
@@ -267,6 +285,7 @@ class Worker:
                 end.record()
                 end.synchronize()
         except BaseException as exc:  # noqa: BLE001 - reported, never raised
+            self.counter.on_first_launch = None
             kind = "compile_error" if _is_compile_error(exc) and msg.get("first") else "runtime_error"
             text = _trim_traceback(exc, self.submission_path)
             if isinstance(exc, SystemExit):
@@ -275,7 +294,14 @@ class Worker:
                        "cuda_error": "CUDA error" in str(exc) or "illegal" in str(exc).lower()})
             return
         result["host_ms"] = (time.perf_counter() - t0) * 1e3
-        result["ms"] = start.elapsed_time(end) if cuda else None
+        if cuda:
+            launched = self.counter.on_first_launch is None
+            self.counter.on_first_launch = None
+            from_launch = launched and not guard.device_work_before_launch
+            result["ms"] = (at_launch if from_launch else start).elapsed_time(end)
+            result["ms_from_forward"] = start.elapsed_time(end)
+        else:
+            result["ms"] = None
         result["launches"] = self.counter.own - launches0
         result["violations"] = guard.violations
         result["threads_added"] = threading.active_count() - threads0
@@ -338,6 +364,10 @@ class Worker:
 
 
 def main() -> None:
+    import signal
+
+    # Python ignores SIGXFSZ; restore the default so a worker that floods its capped output file dies.
+    signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
     setup = json.loads(sys.stdin.readline())
     sys.stdin.close()
     authkey = bytes.fromhex(setup.pop("authkey"))

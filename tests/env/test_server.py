@@ -26,6 +26,7 @@ from kernelflow.env.client import (
     EnvAuthError,
     EnvCapacityError,
     EnvServerError,
+    EnvTimeoutError,
     EnvUnavailableError,
     KernelEnvSession,
     fetch_server_info,
@@ -189,6 +190,21 @@ def test_bad_input_gets_clear_errors_and_the_session_stays_usable(server):
         with pytest.raises(EnvServerError, match="step before reset"):
             session.step("x")
         assert session.reset("19_ReLU").task_id == "19_ReLU"
+
+
+def test_reply_timeout_drops_the_session_and_the_client_recovers(server):
+    session = KernelEnvSession(server.url, message_timeout_s=0.5)
+    try:
+        session.reset("19_ReLU")
+        with pytest.raises(EnvTimeoutError, match="no reply .* within 0 s .*message_timeout_s"):
+            session.step(HONEST_RELU)  # takes seconds on the interpreter
+        # the next call opens a new connection: a fresh session, with no episode
+        with pytest.raises(EnvServerError, match="step before reset"):
+            session.step(no_code("after timeout"))
+        assert session.reset("19_ReLU").turn == 0
+    finally:
+        session.close()
+    wait_until(lambda: fetch_server_info(server.url)["active_sessions"] == 0, 60, "the dropped session to close")
 
 
 def test_unreachable_server_is_a_clear_error():

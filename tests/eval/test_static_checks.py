@@ -316,7 +316,7 @@ def test_hack_fails_its_check(source, check):
     result = checks[check]
     assert not result.passed, f"{check} passed on:\n{source}"
     assert result.why
-    if check != "defines_model_new" and check != "has_triton_kernel" and check != "launches_kernel":
+    if check not in ("defines_model_new", "has_triton_kernel", "launches_kernel") and "\x00" not in source:
         assert "line " in result.why, result.why  # the model is told where
     assert first_failure(checks) is not None
 

@@ -1,0 +1,153 @@
+"""Every config option and preset composes into the layers' dataclasses; mistakes fail early and clearly.
+
+Typos and wrong types must fail while Hydra composes (the schema), bad values before anything runs
+(the layers' own checks), each naming the key. The schema mirrors the layers' dataclasses, so a field
+added to a layer must appear in the schema (checked here), and the config hash must separate results
+from placement (where a run executes or is tracked).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hydra.errors import ConfigCompositionException, MissingConfigException
+
+from flows.config import (
+    TRAINER_FIXED,
+    EnvNode,
+    EvalNode,
+    LoraNode,
+    PolicyNode,
+    TrainerNode,
+    from_parameters,
+    to_container,
+    to_experiment_config,
+)
+from flows.run_dir import config_hash, run_name
+from flows.schema import ConfigError
+from kernelflow.env.config import EnvServerConfig
+from kernelflow.eval import EvalConfig
+from kernelflow.train import LoraSettings, PolicyConfig, TrainerConfig
+from tests.flows.conftest import CONF_DIR, compose_config
+
+GROUPS = sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir())
+OPTIONS = [(g, f.stem) for g in GROUPS for f in sorted((CONF_DIR / g).glob("*.yaml"))]
+# An option that needs a value from the command line to be complete.
+NEEDS = {("env", "remote"): ["env.url=http://127.0.0.1:9"]}
+
+
+def experiment(*overrides: str):
+    return to_experiment_config(compose_config(*overrides))
+
+
+def test_every_group_has_options():
+    assert set(GROUPS) == {"model", "lora", "trainer", "eval", "env", "tasks", "validation", "tracking", "experiment"}
+
+
+@pytest.mark.parametrize(("group", "option"), OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
+def test_every_option_composes(group, option):
+    config = experiment(f"{group}={option}", *NEEDS.get((group, option), []))
+    assert isinstance(config.trainer, TrainerConfig) and isinstance(config.eval, EvalConfig)
+    assert isinstance(config.env.server, EnvServerConfig) and config.env.server.eval == config.eval
+    # one home per value: the trainer's episode length and shape come from env and eval
+    assert config.trainer.max_turns == config.env.server.max_turns
+    assert config.trainer.env_shape == config.eval.shape
+
+
+def test_smoke_is_the_default_and_runs_here():
+    config = experiment()
+    assert config.name == "smoke" and config.is_tiny
+    assert config.model.device == "cpu" and config.eval.backend == "interpret" and config.eval.shape == "small"
+    assert config.trainer.epochs == 1 and config.env.url is None
+    assert len(config.tasks.all) == 10
+
+
+def test_pilot_preset_is_the_published_protocol():
+    c = experiment("experiment=pilot")
+    assert (c.model.source, c.model.model) == ("hub", "Qwen/Qwen2.5-Coder-7B-Instruct")
+    assert c.model.revision == "0eb6b1ed2d0c4306bc637d09ecef51e59d3dfe05"
+    assert (c.lora.r, c.lora.alpha) == (16, 32)
+    t = c.trainer
+    assert (t.estimator, t.epochs, t.group_size, t.temperature, t.max_new_tokens, t.seed) == ("dr_grpo", 4, 4, 0.8, 2048, 42)
+    assert (c.env.server.max_turns, c.env.server.gamma) == (2, 0.4)
+    assert (t.eval_attempts, c.validation.extra_seeds) == (2, 5)
+    assert (c.eval.backend, c.eval.shape, c.eval.distribution) == ("cuda", "full", None)
+    assert (c.eval.reward.correct_bonus, c.eval.reward.speed_weight) == (0.3, 2.7)
+    assert c.tasks.train == ("19_ReLU", "20_LeakyReLU", "21_Sigmoid", "22_Tanh")
+    assert c.tasks.heldout == ("23_Softmax", "24_LogSoftmax", "88_MinGPTNewGelu")
+
+
+def test_a_typo_fails_at_compose_time_naming_the_key():
+    with pytest.raises(ConfigCompositionException, match="trainer.epoch"):
+        compose_config("trainer.epoch=3")
+    with pytest.raises(ConfigCompositionException, match="learning_rat"):
+        compose_config("experiment=pilot", "trainer.learning_rat=1e-4")
+
+
+def test_a_wrong_type_fails_at_compose_time():
+    with pytest.raises(ConfigCompositionException, match="trainer.epochs"):
+        compose_config("trainer.epochs=four")
+    with pytest.raises(ConfigCompositionException, match="lora.target_modules"):
+        compose_config("lora.target_modules=q_proj")
+
+
+def test_an_unknown_option_fails_at_compose_time():
+    with pytest.raises(MissingConfigException, match="model/huge"):
+        compose_config("model=huge")
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("lora.r=0", r"lora: invalid LoraSettings: r=0"),
+        ("trainer.group_size=1", r"trainer: invalid TrainerConfig: group_size=1"),
+        ("eval.backend=tpu", r"eval: invalid EvalConfig: backend='tpu'"),
+        ("env.gamma=2.0", r"env: invalid EnvServerConfig: gamma=2.0"),
+        ("tasks.train=[19_ReLU,nope]", r"tasks: invalid TaskGroups: train: unknown task id 'nope'"),
+        ("tasks.reserved=[19_ReLU]", r"19_ReLU is in both train and reserved"),
+        ("model.revision=main", r"model: invalid PolicyConfig: revision='main'"),
+        ("trainer.eval_attempts=3", r"eval_attempts=3 > env.max_turns=2"),
+        ("env.url=gpu-host:8000", r"env.url='gpu-host:8000' is not a URL"),
+        ("validation.extra_seeds=-1", r"extra_seeds=-1"),
+    ],
+)
+def test_a_bad_value_fails_before_anything_runs(override, message):
+    base = ["experiment=pilot"] if override.startswith("model.revision") else []
+    with pytest.raises(ConfigError, match=message):
+        experiment(*base, override)
+
+
+def test_remote_env_needs_a_url():
+    with pytest.raises(ConfigError, match=r"env.url has no value"):
+        experiment("env=remote")
+
+
+@pytest.mark.parametrize(
+    ("node", "cls", "exclude"),
+    [(PolicyNode, PolicyConfig, ()), (LoraNode, LoraSettings, ()), (EvalNode, EvalConfig, ()),
+     (TrainerNode, TrainerConfig, TRAINER_FIXED), (EnvNode, EnvServerConfig, ("eval",))],
+)
+def test_the_schema_mirrors_every_layer_field(node, cls, exclude):
+    layer = {f.name for f in dataclasses.fields(cls)} - set(exclude)
+    schema = {f.name for f in dataclasses.fields(node)} - {"url", "startup_timeout_s"}
+    assert schema == layer
+
+
+def test_flow_parameters_round_trip_and_hide_the_token(monkeypatch):
+    token = "t" * 32
+    config = experiment("env=remote", "env.url=http://127.0.0.1:9", f"env.token={token}")
+    params = to_container(config)
+    assert params["env"]["token"] == "<redacted>" and token not in repr(params)
+    monkeypatch.setenv("KERNELFLOW_ENV_TOKEN", token)
+    assert from_parameters(params) == config
+
+
+def test_the_run_is_named_by_config_hash_not_by_placement():
+    base = experiment()
+    assert run_name(base) == f"smoke-{config_hash(base)[:12]}"
+    same = [experiment("tracking.runs_root=/elsewhere"), experiment("env=remote", "env.url=http://h:1"),
+            experiment("eval.max_workers=1"), experiment("tracking=server")]
+    assert {config_hash(c) for c in same} == {config_hash(base)}
+    different = [experiment("trainer.seed=1"), experiment("eval.seeds=2"), experiment("lora.r=8")]
+    assert len({config_hash(c) for c in different} | {config_hash(base)}) == 4
