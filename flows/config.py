@@ -37,7 +37,7 @@ from flows.schema import ConfigError, build, mirror
 from kernelflow.env.config import EnvServerConfig
 from kernelflow.env.models import TOKEN_ENV_VAR
 from kernelflow.eval import EvalConfig
-from kernelflow.tasks import TASKS, task_ids
+from kernelflow.tasks import KERNELBENCH_REVISION, TASKS, task_ids
 from kernelflow.train import LoraSettings, PolicyConfig, TrainerConfig
 
 SCHEMA_NAME = "experiment_schema"
@@ -54,9 +54,17 @@ class TaskGroups:
     train: tuple[str, ...] = tuple(task_ids("train"))
     reserved: tuple[str, ...] = tuple(task_ids("reserved"))
     heldout: tuple[str, ...] = tuple(task_ids("heldout"))
+    # The KernelBench commit the task ids and reference modules come from. The suite in
+    # kernelflow/tasks is pinned to one; stating it here makes a run fail if that ever changes.
+    kernelbench_revision: str = KERNELBENCH_REVISION
 
     def __post_init__(self) -> None:
         problems = []
+        if self.kernelbench_revision != KERNELBENCH_REVISION:
+            problems.append(
+                f"kernelbench_revision={self.kernelbench_revision!r}, but the installed task suite is KernelBench "
+                f"{KERNELBENCH_REVISION} (set that, or install the suite of the revision you want)"
+            )
         if not self.train:
             problems.append("train is empty (name at least one task id to train on)")
         seen: dict[str, str] = {}

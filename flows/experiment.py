@@ -56,7 +56,11 @@ def experiment_flow(config: dict[str, Any], overrides: list[str] | None = None) 
         print(f"run {run.path} (attempt {state['attempts']})" + ("; resuming" if state["stages"] else ""))
         if cfg.is_tiny:
             print("note: this experiment's policy is a tiny random model; it writes no working kernels")
-        tracker = Tracker(cfg, run)
+        try:
+            tracker = Tracker(cfg, run)
+        except Exception as exc:
+            run.fail_run("tracking", describe(exc))
+            raise
         if all(run.completed(s) for s in stages(cfg)):
             print(f"every stage of {run.path.name} is already complete; nothing to do")
             tracker.finish()
@@ -104,7 +108,8 @@ def failure_message(config: ExperimentConfig, exc: BaseException) -> str:
     failure = {}
     if (path / "state.json").exists():
         failure = RunDir(path).state().get("failure") or {}
-    stage = failure.get("stage", "setup")
+    # The state names the stage only if it recorded this very exception (not an earlier attempt's).
+    stage = failure.get("stage", "setup") if failure.get("error") == describe(exc) else "setup"
     return (
         f"kernelflow: the run failed at stage {stage}: {describe(exc)}\n"
         f"  run directory: {path} (state.json holds the cause; the MLflow run is marked FAILED)\n"

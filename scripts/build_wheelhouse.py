@@ -7,7 +7,8 @@
 The dependency closure of `kernelflow[<extra>]` is read from the packages installed in the current
 environment (so the versions are exactly the ones in constraints.txt that were checked together),
 minus torch, triton and the CUDA libraries (the host has its own) and minus optional heavy extras
-(gradio: OpenEnv imports it only for its optional web UI). Each package is then downloaded with
+(gradio: OpenEnv imports it only for its optional web UI; openai must stay, since
+openenv.core.rubrics imports it at import time). Each package is then downloaded with
 `pip download --no-deps --only-binary=:all:` for the target Python version and platform, and the
 kernelflow wheel itself is built into the same folder. `--skip` drops packages the host already
 has (e.g. numpy, requests) to make the bundle smaller.
@@ -31,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HOST_PROVIDED = {"torch", "triton", "setuptools", "pip", "wheel"}
 HOST_PROVIDED_PREFIXES = ("nvidia-", "cuda-")
 # Optional heavy extras that nothing in kernelflow needs at run time.
-OPTIONAL_HEAVY = {"gradio", "gradio-client", "openai"}
+OPTIONAL_HEAVY = {"gradio", "gradio-client"}  # openai stays: openenv.core.rubrics imports it
 
 
 def canonical(name: str) -> str:

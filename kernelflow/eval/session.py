@@ -258,6 +258,11 @@ class JudgeSession:
     def _judge_reply(self, spec: CallSpec, reply: dict, checks: dict[str, Check]) -> SessionOutcome | None:
         """Runtime controls reported by the worker; an outcome if one failed."""
         event = reply.get("event")
+        if event == "call_failed" and reply.get("violations"):
+            why = (f"{spec.label}: forward left Triton to compute ({', '.join(reply['violations'])}); "
+                   "only allocation and views are allowed there")
+            checks["pytorch_ops_in_forward"] = Check(False, why)
+            return SessionOutcome(Status.REJECTED_RUNTIME_CHECK.value, checks, why)
         if event == "call_failed":
             status = Status.COMPILE_ERROR.value if reply.get("kind") == "compile_error" else Status.RUNTIME_ERROR.value
             why = f"{spec.label}: {reply.get('error', '')}"

@@ -54,6 +54,14 @@ ALLOCATION_AND_VIEWS = ALLOWED_ATEN - {"fill_", "zero_", "clone", "contiguous", 
                                        "resize_", "set_", "_local_scalar_dense"}
 
 
+# What the Triton interpreter itself runs while it executes a launch (it copies arguments in and out
+# through numpy); any other aten op during a launch is a kernel body calling PyTorch.
+INTERPRETER_OWN = frozenset({"copy_", "new_empty", "set_", "empty", "empty_like", "empty_strided", "view",
+                             "as_strided", "alias", "detach", "lift_fresh", "_local_scalar_dense", "zeros", "full"})
+# Ways to leave PyTorch with a CPU tensor's values and compute elsewhere (numpy, Python lists).
+HOST_ESCAPES = ("numpy", "__array__", "tolist")
+
+
 class Report(Exception):
     """A fatal event to send to the judge (import failure, bad constructor)."""
 
@@ -146,14 +154,43 @@ def _make_guard(counter: LaunchCounter):
             self.device_work_before_launch = False
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if not counter.in_launch:
-                name = func.__name__.split(".")[0]
+            name = func.__name__.split(".")[0]
+            if counter.in_launch:
+                allowed = name in INTERPRETER_OWN
+            else:
                 if counter.on_first_launch is not None and name not in ALLOCATION_AND_VIEWS:
                     self.device_work_before_launch = True
-                if name not in ALLOWED_ATEN and name.rstrip("_") not in ALLOWED_ATEN:
-                    if len(self.violations) < 20:
-                        self.violations.append(str(func.__name__))
+                allowed = name in ALLOWED_ATEN or name.rstrip("_") in ALLOWED_ATEN
+            if not allowed and len(self.violations) < 20:
+                self.violations.append(str(func.__name__) + (" (inside a Triton launch)" if counter.in_launch else ""))
             return func(*args, **(kwargs or {}))
+
+        def __enter__(self):
+            # Block the host escapes too: values pulled out to numpy or lists dispatch no aten op.
+            self._saved = {n: getattr(torch.Tensor, n) for n in HOST_ESCAPES}
+            for n, original in self._saved.items():
+                setattr(torch.Tensor, n, self._blocked(n, original))
+            return super().__enter__()
+
+        def __exit__(self, *exc):
+            try:
+                return super().__exit__(*exc)
+            finally:
+                for n, original in self._saved.items():
+                    setattr(torch.Tensor, n, original)
+
+        def _blocked(self, n, original):
+            guard = self
+
+            def escape(tensor, *args, **kwargs):
+                if counter.in_launch:  # the interpreter's own conversions
+                    return original(tensor, *args, **kwargs)
+                guard.violations.append(f"Tensor.{n}")
+                raise RuntimeError(f"Tensor.{n}() is not allowed in forward: compute in a @triton.jit kernel")
+
+            return escape
+
+    import torch
 
     return DispatchGuard
 
@@ -290,7 +327,7 @@ class Worker:
             text = _trim_traceback(exc, self.submission_path)
             if isinstance(exc, SystemExit):
                 text = f"the submission tried to exit the process (SystemExit {exc.code!r})"
-            self.send({"event": "call_failed", "kind": kind, "error": text,
+            self.send({"event": "call_failed", "kind": kind, "error": text, "violations": guard.violations,
                        "cuda_error": "CUDA error" in str(exc) or "illegal" in str(exc).lower()})
             return
         result["host_ms"] = (time.perf_counter() - t0) * 1e3

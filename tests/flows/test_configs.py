@@ -76,6 +76,7 @@ def test_pilot_preset_is_the_published_protocol():
     assert (c.eval.reward.correct_bonus, c.eval.reward.speed_weight) == (0.3, 2.7)
     assert c.tasks.train == ("19_ReLU", "20_LeakyReLU", "21_Sigmoid", "22_Tanh")
     assert c.tasks.heldout == ("23_Softmax", "24_LogSoftmax", "88_MinGPTNewGelu")
+    assert c.tasks.kernelbench_revision == "423217d9fda91e0c2d67e4a43bf62f96f6d104f1"
 
 
 def test_a_typo_fails_at_compose_time_naming_the_key():
@@ -110,6 +111,7 @@ def test_an_unknown_option_fails_at_compose_time():
         ("trainer.eval_attempts=3", r"eval_attempts=3 > env.max_turns=2"),
         ("env.url=gpu-host:8000", r"env.url='gpu-host:8000' is not a URL"),
         ("validation.extra_seeds=-1", r"extra_seeds=-1"),
+        ("tasks.kernelbench_revision=main", r"the installed task suite is KernelBench 423217d"),
     ],
 )
 def test_a_bad_value_fails_before_anything_runs(override, message):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from flows.config import to_experiment_config
 from flows.run_dir import COMPLETED, FAILED, RunDir, RunLockedError
@@ -52,3 +53,18 @@ def test_find_by_path_or_name_and_a_clear_error(run, tmp_path):
     assert RunDir.find(run.path.name, tmp_path).path == run.path
     with pytest.raises(FileNotFoundError, match=run.path.name):
         RunDir.find("nope", tmp_path)
+
+
+def test_rejudge_reads_the_runs_config_with_checked_overrides(run):
+    from flows.config import to_container
+    from flows.rejudge import load_config
+    from flows.schema import ConfigError
+
+    config = to_experiment_config(compose_config(f"tracking.runs_root={run.path.parent}", "trainer.epochs=3"))
+    (run.path / "config.yaml").write_text(yaml.safe_dump(to_container(config)))
+    assert load_config(run, []) == config
+    assert load_config(run, ["eval.timed_runs=50", "env.url=http://gpu2:8000"]).eval.timed_runs == 50
+    with pytest.raises(ConfigError, match="timed_runz"):
+        load_config(run, ["eval.timed_runz=50"])
+    with pytest.raises(ConfigError, match="key=value"):
+        load_config(run, ["eval"])
