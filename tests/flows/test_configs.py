@@ -66,7 +66,7 @@ def test_smoke_is_the_default_and_runs_here():
 def test_pilot_preset_is_the_published_protocol():
     c = experiment("experiment=pilot")
     assert (c.model.source, c.model.model) == ("hub", "Qwen/Qwen2.5-Coder-7B-Instruct")
-    assert c.model.revision == "0eb6b1ed2d0c4306bc637d09ecef51e59d3dfe05"
+    assert c.model.revision == "c03e6d358207e414f1eca0bb1891e29f1db0e242"
     assert (c.lora.r, c.lora.alpha) == (16, 32)
     t = c.trainer
     assert (t.estimator, t.epochs, t.group_size, t.temperature, t.max_new_tokens, t.seed) == ("dr_grpo", 4, 4, 0.8, 2048, 42)

@@ -38,7 +38,7 @@ def test_dry_run_prints_the_plan_through_the_real_entry_point(tmp_path):
     for line in ("episodes               64", "training submissions   128", "updates                16",
                  "evaluation submissions <= 40", "train      4", "reserved   3", "heldout    3", "total                  344064"):
         assert line in text, line
-    assert "Qwen/Qwen2.5-Coder-7B-Instruct@0eb6b1ed2d0c4306bc637d09ecef51e59d3dfe05" in text
+    assert "Qwen/Qwen2.5-Coder-7B-Instruct@c03e6d358207e414f1eca0bb1891e29f1db0e242" in text
     assert not (tmp_path / "runs").exists()  # a dry run writes nothing
 
 
