@@ -59,6 +59,9 @@ class EvalConfig:
     impossible_factor: float = 0.9  # a time under factor * bytes / datasheet bandwidth is impossible
     feedback_max_chars: int = 2000
     cache_dir: str | None = None  # calibration and lock files; None: ~/.cache/kernelflow
+    verdict_cache_size: int = 4096  # verdicts kept for identical resubmissions (LRU); 0 disables (cache.py)
+    input_cache_mb: int = 256  # inputs + float64 references kept across verdicts; 0 disables (cache.py)
+    prewarm_workers: int = 0  # idle pre-warmed workers kept per evaluator (device); 0: spawn per verdict (prewarm.py)
     reward: RewardConfig = field(default_factory=RewardConfig)
 
     def __post_init__(self) -> None:
@@ -83,6 +86,10 @@ class EvalConfig:
             problems.append(f"max_workers={self.max_workers} (need at least 1)")
         if not 0 < self.impossible_factor <= 1:
             problems.append(f"impossible_factor={self.impossible_factor} (must be in (0, 1])")
+        for name in ("verdict_cache_size", "input_cache_mb", "prewarm_workers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                problems.append(f"{name}={value!r} (need an int >= 0; 0 disables it)")
         if self.memory_limit_mb < 256:
             problems.append(f"memory_limit_mb={self.memory_limit_mb} (need at least 256)")
         if problems:
@@ -92,9 +99,10 @@ class EvalConfig:
         return [self.base_seed + i for i in range(self.seeds)]
 
     def judging_dict(self) -> dict:
-        """The settings that change a verdict (not pool sizes or paths): what `config_hash` covers."""
+        """The settings that change a verdict (not pool sizes, caches or paths): what `config_hash` covers."""
         d = asdict(self)
-        for k in ("max_workers", "cache_dir", "base_seed", "device_index"):
+        for k in ("max_workers", "cache_dir", "base_seed", "device_index", "verdict_cache_size", "input_cache_mb",
+                  "prewarm_workers"):
             d.pop(k)
         return d
 

@@ -1,11 +1,14 @@
 """evaluate(task, answer, config) -> Verdict: the evaluator's front door.
 
 `Evaluator` holds what outlives one submission: the bounded worker pool (a semaphore; many
-concurrent requests queue instead of exhausting memory), the device calibration, and cached eager
-timings. Per submission it extracts the code, runs the static checks, and, if they pass, a
-`JudgeSession` with a fresh worker; then it turns the outcome into one `Verdict` with its reward
-and feedback. Whatever the submission does, exactly one verdict comes back; `evaluate` never raises
-for submitted code (an evaluator fault becomes status `evaluator_error`).
+concurrent requests queue instead of exhausting memory), the device calibration, cached eager
+timings, the verdict cache and the input/reference cache (`cache.py`), and, when `prewarm_workers`
+is above 0, a pool of pre-warmed fresh workers (`prewarm.py`). Per submission it extracts the code, answers
+from the verdict cache when an identical submission was judged under the same settings, else runs
+the static checks and, if they pass, a `JudgeSession` with a fresh worker; then it turns the outcome
+into one `Verdict` with its reward and feedback. Whatever the submission does, exactly one verdict
+comes back; `evaluate` never raises for submitted code (an evaluator fault becomes status
+`evaluator_error`).
 
 It does not compare outputs or run submissions itself (`session.py`, `worker.py`), and holds no
 formula but the call to `compute_reward`.
@@ -18,13 +21,17 @@ import statistics
 import threading
 import time
 import traceback
+import weakref
 from contextlib import contextmanager, nullcontext
+from dataclasses import asdict
 
 import torch
 
 import kernelflow
+from kernelflow.eval.cache import ReferenceCache, VerdictCache, verdict_key
 from kernelflow.eval.config import EvalConfig, config_hash
 from kernelflow.eval.feedback import build_feedback
+from kernelflow.eval.prewarm import SpawnSpec, WarmPool
 from kernelflow.eval.reward import compute_reward, roofline_fraction
 from kernelflow.eval.roofline import Calibration, calibrate
 from kernelflow.eval.session import JudgeSession, SessionOutcome
@@ -61,6 +68,15 @@ class Evaluator:
         self._state_lock = threading.Lock()
         self._calibration: Calibration | None = None
         self._eager: dict[tuple, TimingResult] = {}
+        self._verdicts = VerdictCache(self.config.verdict_cache_size)
+        self._references = ReferenceCache(self.config.input_cache_mb << 20) if self.config.input_cache_mb else None
+        self._sessions = 0  # workers used (one per session), for stats and tests
+        self._prewarmed_sessions = 0
+        self._pool: WarmPool | None = None
+        if self.config.prewarm_workers > 0:
+            spec = SpawnSpec.of(self.config, self.backend, self.device)
+            self._pool = WarmPool(spec, self.config.prewarm_workers, warmup_timeout_s=max(60.0, self.config.timeout_s))
+            weakref.finalize(self, self._pool.close)
 
     # ---- public ----------------------------------------------------------------------------------
     def info(self) -> dict:
@@ -70,7 +86,23 @@ class Evaluator:
             "device": self.device_name,
             "shape": self.config.shape,
             "max_workers": self.config.max_workers,
+            "verdict_cache_size": self.config.verdict_cache_size,
+            "prewarm_workers": self.config.prewarm_workers,
             "config_hash": config_hash(self.config, EVALUATOR_VERSION),
+        }
+
+    def stats(self) -> dict:
+        """Counters of the caches and the pool (for benchmarks, logs and tests)."""
+        refs = self._references
+        with self._state_lock:
+            sessions, prewarmed = self._sessions, self._prewarmed_sessions
+        return {
+            "sessions": sessions,
+            "prewarmed_sessions": prewarmed,
+            "verdict_cache": asdict(self._verdicts.stats()),
+            "reference_cache": None if refs is None else {"entries": len(refs), "bytes": refs.nbytes, "hits": refs.hits,
+                                                          "misses": refs.misses, "budget_bytes": refs.budget_bytes},
+            "pool": None if self._pool is None else asdict(self._pool.stats()),
         }
 
     def evaluate(
@@ -103,8 +135,13 @@ class Evaluator:
         return await asyncio.to_thread(self.evaluate, task, answer, **kwargs)
 
     def close(self) -> None:
-        """Nothing persistent to release today (workers live one submission); kept for symmetry."""
+        """Kill the idle pre-warmed workers and drop the caches (verdicts in flight finish normally)."""
+        if self._pool is not None:
+            self._pool.close()
         self._eager.clear()
+        self._verdicts.clear()
+        if self._references is not None:
+            self._references.clear()
 
     # ---- steps -----------------------------------------------------------------------------------
     def _evaluate(self, task: Task, answer: str | None, config: EvalConfig, started: float) -> Verdict:
@@ -113,6 +150,15 @@ class Evaluator:
             why = "no ```python block and no parsable module in the answer"
             return self._verdict(task, config, answer if isinstance(answer, str) else None, Status.NO_CODE.value,
                                  {"has_code": Check(False, why)}, "", wall=WallTime(total_s=time.monotonic() - started))
+        if not self._verdicts.enabled:
+            return self._judge(task, code, config, started)
+        key = verdict_key(code_sha256=code_sha256(code), task_id=task.task_id, shape=config.shape,
+                          seeds=config.seed_list(), distribution=config.distribution or task.distribution,
+                          tolerance_mode=config.tolerance_mode, config_hash=config_hash(config, EVALUATOR_VERSION),
+                          backend=self.backend, device=self.device_name)
+        return self._verdicts.get_or_judge(key, lambda: self._judge(task, code, config, started), started)
+
+    def _judge(self, task: Task, code: str, config: EvalConfig, started: float) -> Verdict:
         checks: dict[str, Check] = {"has_code": Check(True)}
         if config.static_checks:
             static = run_static_checks(code)
@@ -127,8 +173,12 @@ class Evaluator:
         with self._slots:
             queue_s = time.monotonic() - queued
             session = JudgeSession(task, code, config, self.backend, self.device, config.seed_list(),
-                                   gpu_lock=self._gpu_lock)
+                                   gpu_lock=self._gpu_lock, pool=self._pool, references=self._references,
+                                   evaluator_version=EVALUATOR_VERSION)
             outcome = session.run()
+            with self._state_lock:
+                self._sessions += 1
+                self._prewarmed_sessions += int(session.prewarmed)
         checks.update(outcome.checks)
         return self._from_outcome(task, config, code, outcome, checks, queue_s, started)
 

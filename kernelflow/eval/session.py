@@ -1,13 +1,16 @@
 """The judge's side of one submission: start a fresh worker, feed it calls, check every output.
 
-A `JudgeSession` owns one worker process (`worker.py`) from spawn to kill. It writes the submission
-into a private temporary directory, starts the worker there in its own process group with a
-scrubbed environment and resource limits, and talks to it over an authenticated local socket. For
+A `JudgeSession` owns one worker process (`worker.py`) from handover to kill. It takes a pre-warmed
+worker from the evaluator's pool when there is one, else spawns a fresh one (`prewarm.py`: private
+temporary directory, own process group, scrubbed environment, resource limits, authenticated local
+socket; the same protocol either way), waits until it is warm, and hands it the submission. For
 every call it draws fresh inputs from a new seed, hands them over (bytes on the CPU; CUDA IPC
 buffers on a GPU, allocated once per shape), and, when the worker answers, checks the runtime
 controls it reports, the output against a float64 reference computed here, and that the inputs are
 unchanged. Every call is timed and checked the same way, so a submission cannot tell a check from a
-measurement. The first failure ends the session.
+measurement. The first failure ends the session. Inputs and float64 references of small shapes come
+from the evaluator's `ReferenceCache` when it holds them (computed here and stored otherwise); they
+never leave this process except as the input copy a call hands over.
 
 It does not decide the reward, calibrate the device or time eager PyTorch (see `evaluator.py`), and
 it never raises for anything a submission does: every path ends in a `SessionOutcome`.
@@ -16,32 +19,25 @@ it never raises for anything a submission does: every path ends in a `SessionOut
 from __future__ import annotations
 
 import json
-import os
-import resource
-import secrets
-import shutil
+import logging
 import signal
 import statistics
 import subprocess
-import sys
-import tempfile
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from multiprocessing.connection import Listener
-from pathlib import Path
 
 import torch
 import torch.multiprocessing  # noqa: F401  (registers the CUDA IPC reductions used to share buffers)
 
+from kernelflow.eval.cache import Reference, ReferenceCache, reference_key
 from kernelflow.eval.config import EvalConfig
-from kernelflow.eval.correctness import CompareResult, check_against_reference
+from kernelflow.eval.correctness import CompareResult, check_against_reference, compare
+from kernelflow.eval.prewarm import SpawnSpec, WarmPool, WorkerHandle, WorkerStartError
 from kernelflow.eval.verdict import Check, Status
 from kernelflow.tasks import KERNELBENCH_TOLERANCE, Task, generate_input
 
-# Environment variables a worker may inherit; everything else (tokens, credentials) is dropped.
-_KEEP_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_HOME", "LD_LIBRARY_PATH", "NVIDIA_VISIBLE_DEVICES",
-             "CUDA_VISIBLE_DEVICES", "VIRTUAL_ENV", "PYTHONPATH", "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH")
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -90,23 +86,12 @@ def build_plan(task: Task, config: EvalConfig, seeds: list[int], backend: str = 
     return plan
 
 
-def _limits(config: EvalConfig, backend: str):
-    def apply() -> None:
-        out = config.output_limit_mb << 20
-        resource.setrlimit(resource.RLIMIT_FSIZE, (out, out))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if backend == "interpret":  # CUDA reserves a huge virtual address space: no AS cap there
-            cap = config.memory_limit_mb << 20
-            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-
-    return apply
-
-
 class JudgeSession:
     """One submission, one worker (see the module docstring)."""
 
     def __init__(self, task: Task, source: str, config: EvalConfig, backend: str, device: torch.device,
-                 seeds: list[int], gpu_lock=nullcontext):
+                 seeds: list[int], gpu_lock=nullcontext, pool: WarmPool | None = None,
+                 references: ReferenceCache | None = None, evaluator_version: str = ""):
         self.task = task
         self.gpu_lock = gpu_lock  # held from the first call to the last, so no work of ours overlaps a timing
         self.source = source
@@ -116,6 +101,11 @@ class JudgeSession:
         self.seeds = seeds
         self.tolerance = KERNELBENCH_TOLERANCE if config.tolerance_mode == "kernelbench" else task.tolerance
         self.distribution = config.distribution or task.distribution
+        self.pool = pool
+        self.references = references
+        self.evaluator_version = evaluator_version
+        self.handle: WorkerHandle | None = None
+        self.prewarmed = False  # whether the worker came warm from the pool
         self.proc: subprocess.Popen | None = None
         self.conn = None
         self.deadline = 0.0
@@ -123,46 +113,35 @@ class JudgeSession:
         self.ref_model = None
 
     # ---- process -------------------------------------------------------------------------------
-    def _spawn(self, workdir: Path, sockdir: Path) -> None:
-        (workdir / "submission.py").write_text(self.source)
-        env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
-        env.update(HOME=str(workdir), TMPDIR=str(workdir), PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1",
-                   PYTHONUNBUFFERED="1", TRITON_CACHE_DIR=str(workdir / "triton_cache"), OMP_NUM_THREADS="1")
-        if self.backend == "interpret":
-            env["TRITON_INTERPRET"] = "1"
-        address = str(sockdir / "judge.sock")
-        authkey = secrets.token_bytes(32)
-        listener = Listener(address, family="AF_UNIX", authkey=authkey)
-        self.log_path = workdir / "worker.log"
-        log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child, closed below
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kernelflow.eval.worker"], stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-            cwd=workdir, env=env, start_new_session=True, preexec_fn=_limits(self.config, self.backend),
-        )
-        log.close()
-        setup = {"address": address, "authkey": authkey.hex(), "backend": self.backend, "device": str(self.device),
-                 "submission_path": str(workdir / "submission.py"), "init_inputs": list(self.task.init_inputs),
-                 "l2_flush_mb": self.config.l2_flush_mb}
-        self.proc.stdin.write((json.dumps(setup) + "\n").encode())
-        self.proc.stdin.close()
-        # accept() blocks; a worker that dies before connecting must not hang us, so poll for it.
-        listener._listener._socket.settimeout(max(1.0, self.deadline - time.monotonic()))
-        try:
-            self.conn = listener.accept()
-        finally:
-            listener.close()
+    def _start_worker(self) -> None:
+        """A warm worker holding this submission: from the pool if it has one, else freshly spawned."""
+        spec = SpawnSpec.of(self.config, self.backend, self.device)
+        handle = self.pool.acquire() if self.pool is not None and self.pool.spec == spec else None
+        if handle is not None:
+            try:
+                handle.ensure_warm(self.deadline)
+                if not handle.usable:
+                    raise WorkerStartError("the pre-warmed worker died while it waited")
+                handle.handover(self.source, self.task.init_inputs)
+                self._adopt(handle)
+                self.prewarmed = True
+                return
+            except TimeoutError:
+                self._adopt(handle)  # still warming at the deadline: judged like a fresh worker that was slow
+                raise
+            except (WorkerStartError, EOFError, OSError) as exc:
+                # The evaluator's trouble, not the submission's: fall back to a fresh worker.
+                log.warning("a pre-warmed worker was unusable (%s); spawning a fresh one", exc)
+                handle.close()
+        handle = WorkerHandle(spec)
+        handle.claim()
+        self._adopt(handle)
+        handle.ensure_warm(self.deadline)
+        self.conn = handle.conn
+        handle.handover(self.source, self.task.init_inputs)
 
-    def _kill(self) -> None:
-        if self.proc is None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # pragma: no cover - a zombie we cannot reap
-            pass
+    def _adopt(self, handle: WorkerHandle) -> None:
+        self.handle, self.proc, self.log_path, self.conn = handle, handle.proc, handle.log_path, handle.conn
 
     def _recv_json(self) -> dict:
         """The worker's next message; raises TimeoutError past the deadline, EOFError if it died."""
@@ -222,13 +201,44 @@ class JudgeSession:
             self.buffers[shape] = buf
         return self.buffers[shape]
 
-    def _run_call(self, spec: CallSpec, first: bool) -> tuple[dict, torch.Tensor | None, torch.Tensor]:
-        """Send one call; returns (reply, output or None, input as given)."""
+    def _reference(self, spec: CallSpec) -> Reference | None:
+        """The call's input and float64 reference from the cache (computed and stored on a miss).
+
+        Kept on the CPU even for a CUDA session: a tensor of ours in device memory could share an
+        allocator segment with the buffers the worker maps over CUDA IPC, and a kernel can read past
+        its arguments. None when the cache is off or the entry exceeds its whole budget.
+        """
+        if self.references is None or self.ref_model is None:
+            return None
+        dtype = getattr(torch, self.task.dtype)
+        numel = 1
+        for d in spec.shape:
+            numel *= d
+        if not self.references.fits(numel * (dtype.itemsize + 8)):
+            return None
+        key = reference_key(task_id=self.task.task_id, shape=spec.shape, seed=spec.seed, distribution=self.distribution,
+                            dtype=self.task.dtype, device=str(self.device), evaluator_version=self.evaluator_version)
+        ref = self.references.get(key)
+        if ref is None:
+            x = generate_input(spec.shape, spec.seed, self.distribution, self.device, dtype=dtype)
+            with torch.no_grad():
+                expected = self.ref_model(x.to(torch.float64))
+            ref = Reference(x.cpu(), expected.cpu())
+            del x, expected
+            self.references.put(key, ref)
+        return ref
+
+    def _run_call(self, spec: CallSpec, first: bool,
+                  ref: Reference | None = None) -> tuple[dict, torch.Tensor | None, torch.Tensor]:
+        """Send one call; returns (reply, output or None, input as given). `ref`: cached input to use."""
         dtype_name = self.task.dtype
         msg = {"op": "call", "shape": list(spec.shape), "dtype": dtype_name, "first": first, "slot": None}
         if self.device.type == "cuda":
             buf = self._buffers_for(spec.shape)
-            generate_input(spec.shape, spec.seed, self.distribution, self.device, out=buf["input"])
+            if ref is not None:
+                buf["input"].copy_(ref.input)
+            else:
+                generate_input(spec.shape, spec.seed, self.distribution, self.device, out=buf["input"])
             buf["output"].fill_(float("nan"))  # a worker that never copies its output leaves NaN here
             torch.cuda.synchronize(self.device)
             msg["slot"] = str(spec.shape)
@@ -236,7 +246,7 @@ class JudgeSession:
             reply = self._recv_json()
             torch.cuda.synchronize(self.device)
             return reply, (buf["output"] if reply.get("output_problem") is None else None), buf["input"]
-        x = generate_input(spec.shape, spec.seed, self.distribution, "cpu")
+        x = ref.input if ref is not None else generate_input(spec.shape, spec.seed, self.distribution, "cpu")
         msg["input_bytes"] = x.numpy().tobytes()
         self.conn.send(msg)
         reply = self._recv_json()
@@ -248,9 +258,11 @@ class JudgeSession:
         reply["input_changed"] = not torch.equal(after, x)
         return reply, out, x
 
-    def _input_changed(self, spec: CallSpec, given: torch.Tensor, reply: dict) -> bool:
+    def _input_changed(self, spec: CallSpec, given: torch.Tensor, reply: dict, ref: Reference | None = None) -> bool:
         if "input_changed" in reply:
             return bool(reply["input_changed"])
+        if ref is not None:
+            return not torch.equal(given.cpu(), ref.input)
         scratch = self.buffers[spec.shape]["scratch"]
         generate_input(spec.shape, spec.seed, self.distribution, self.device, out=scratch)
         return not torch.equal(scratch, given)
@@ -293,26 +305,23 @@ class JudgeSession:
     def run(self) -> SessionOutcome:
         start = time.monotonic()
         self.deadline = start + self.config.timeout_s
-        workdir = Path(tempfile.mkdtemp(prefix="kf-worker-"))
-        sockdir = Path(tempfile.mkdtemp(prefix="kf-judge-"))
-        os.chmod(sockdir, 0o700)
         try:
-            return self._run(workdir, sockdir, start)
+            return self._run(start)
         except TimeoutError:
             why = f"the submission ran past the {self.config.timeout_s:.0f} s limit and was stopped"
             return SessionOutcome(Status.TIMEOUT.value, {"finished_in_time": Check(False, why)}, why,
                                   log_tail=self._log_tail() if hasattr(self, "log_path") else "")
+        except WorkerStartError as exc:
+            why = f"the worker could not be started: {exc}"[:1000]
+            return SessionOutcome(Status.EVALUATOR_ERROR.value, {"worker_started": Check(False, why)}, why)
         except (EOFError, ConnectionError, OSError) as exc:
             if self.proc is None:
                 why = f"the worker could not be started: {exc}"
                 return SessionOutcome(Status.EVALUATOR_ERROR.value, {"worker_started": Check(False, why)}, why)
             return self._death_outcome("the evaluation")
         finally:
-            self._kill()
-            if self.conn is not None:
-                self.conn.close()
-            shutil.rmtree(workdir, ignore_errors=True)
-            shutil.rmtree(sockdir, ignore_errors=True)
+            if self.handle is not None:
+                self.handle.close()  # kills the process group, deletes the worker's directories
             self.buffers.clear()
             if self.device.type == "cuda":
                 # Blocks shared over CUDA IPC stay reserved until the consumer is known to be gone;
@@ -320,11 +329,8 @@ class JudgeSession:
                 torch.cuda.ipc_collect()
                 torch.cuda.empty_cache()
 
-    def _run(self, workdir: Path, sockdir: Path, start: float) -> SessionOutcome:
-        try:
-            self._spawn(workdir, sockdir)
-        except TimeoutError:
-            return self._death_outcome("start-up")
+    def _run(self, start: float) -> SessionOutcome:
+        self._start_worker()
         hello = self._recv_json()
         worker_start_s = time.monotonic() - start
         if hello.get("event") == "import_failed":
@@ -352,8 +358,11 @@ class JudgeSession:
         for i, spec in enumerate(plan):
             if spec.timed and t_timing is None:
                 t_timing = time.monotonic()
+            t_ref = time.monotonic()
+            ref = self._reference(spec)
+            ref_s += time.monotonic() - t_ref
             t_call = time.monotonic()
-            reply, out, given = self._run_call(spec, first=(i == 0))
+            reply, out, given = self._run_call(spec, first=(i == 0), ref=ref)
             if i == 0:
                 compile_s = time.monotonic() - t_call
             failed = self._judge_reply(spec, reply, checks)
@@ -363,7 +372,10 @@ class JudgeSession:
                 failed.compile_s = compile_s
                 return failed
             t_ref = time.monotonic()
-            result = check_against_reference(self.ref_model, given, out, self.tolerance)
+            if ref is not None:  # the reference of the pristine input, computed before the call
+                result = compare(out.cpu(), ref.expected, self.tolerance)
+            else:
+                result = check_against_reference(self.ref_model, given, out, self.tolerance)
             ref_s += time.monotonic() - t_ref
             last = result
             if not result.passed:
@@ -372,7 +384,7 @@ class JudgeSession:
                 return SessionOutcome(Status.INCORRECT.value, checks, why, compare=result,
                                       worker_start_s=worker_start_s, import_s=hello.get("import_s"),
                                       compile_s=compile_s, reference_s=ref_s)
-            if self._input_changed(spec, given, reply):
+            if self._input_changed(spec, given, reply, ref):
                 why = f"{spec.label}: forward modified its input; inputs must be left unchanged"
                 checks["inputs_unchanged"] = Check(False, why)
                 return SessionOutcome(Status.INCORRECT.value, checks, why, worker_start_s=worker_start_s)

@@ -1,8 +1,11 @@
 """The worker: runs one submission in a fresh process and reports what it saw, never what it concluded.
 
-Started by `session.py` as `python -m kernelflow.eval.worker` in its own temporary directory, process
-group and scrubbed environment, one submission per process. It imports the submission, builds
-`ModelNew`, and then serves "call" requests: each call runs `forward` once on inputs the judge chose,
+Started by `prewarm.py` as `python -m kernelflow.eval.worker` in its own temporary directory, process
+group and scrubbed environment, one submission per process. It connects to the judge, warms up
+(imports torch and triton, installs the launch counter, on CUDA initialises its context) and says
+`warm`; then it waits for its one submission (a `judge` message, sent at once to a fresh worker or
+later to a pre-warmed one: the same protocol). It imports the submission, builds `ModelNew`, and
+then serves "call" requests: each call runs `forward` once on inputs the judge chose,
 timed (CUDA events, L2 flushed first, device-wide synchronize before the end event) and watched by
 runtime controls, and hands the output back to the judge. The judge (another process) holds the
 reference and compares; the worker never sees an expected output.
@@ -227,8 +230,8 @@ class Worker:
         self.conn = conn
         self.backend = setup["backend"]
         self.device = torch.device(setup["device"])
-        self.submission_path = setup["submission_path"]
-        self.init_inputs = setup.get("init_inputs", [])
+        self.submission_path = ""  # known at the handover (`receive_submission`)
+        self.init_inputs: list = []
         self.l2_flush_bytes = int(setup.get("l2_flush_mb", 256)) << 20
         self.module_name = "submission"
         self.counter = LaunchCounter(self.module_name)
@@ -240,9 +243,9 @@ class Worker:
         self.conn.send_bytes(json.dumps(payload).encode())
 
     # ---- start-up -------------------------------------------------------------------------------
-    def start(self) -> None:
+    def warm(self, t0: float) -> None:
+        """Everything that does not depend on the submission; then say `warm` and wait for it."""
         torch = self.torch
-        t0 = time.perf_counter()
         import triton  # noqa: F401  (after the judge set TRITON_INTERPRET in our environment)
 
         self.counter.install()
@@ -251,6 +254,20 @@ class Worker:
             torch.cuda.set_device(self.device)
             torch.cuda.init()
             self.l2 = torch.empty(self.l2_flush_bytes, dtype=torch.uint8, device=self.device)
+        self.warmup_s = time.perf_counter() - t0
+        self.send({"event": "warm", "warmup_s": self.warmup_s, "pid": os.getpid()})
+
+    def receive_submission(self) -> bool:
+        """Block until the judge hands over the one submission; False if told to exit instead."""
+        msg = self.conn.recv()
+        if msg.get("op") != "judge":
+            return False
+        self.submission_path = str(msg["submission_path"])
+        self.init_inputs = list(msg.get("init_inputs", []))
+        return True
+
+    def start(self) -> None:
+        torch = self.torch
         self.identities = _identity_snapshot()
         self.threads = threading.active_count()
         import_start = time.perf_counter()
@@ -273,7 +290,7 @@ class Worker:
         except BaseException as exc:  # noqa: BLE001
             raise Report("import_failed", kind="runtime_error",
                          error="ModelNew(...) failed: " + _trim_traceback(exc, self.submission_path)) from None
-        self.send({"event": "ready", "startup_s": import_start - t0, "import_s": time.perf_counter() - import_start})
+        self.send({"event": "ready", "startup_s": self.warmup_s, "import_s": time.perf_counter() - import_start})
 
     # ---- calls ----------------------------------------------------------------------------------
     def _poison(self, nbytes: int) -> None:
@@ -405,6 +422,7 @@ def main() -> None:
 
     # Python ignores SIGXFSZ; restore the default so a worker that floods its capped output file dies.
     signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+    t0 = time.perf_counter()
     setup = json.loads(sys.stdin.readline())
     sys.stdin.close()
     authkey = bytes.fromhex(setup.pop("authkey"))
@@ -414,8 +432,14 @@ def main() -> None:
     del authkey
     worker = Worker(setup, conn)
     try:
-        worker.start()
-        worker.serve()
+        worker.warm(t0)
+        try:  # a pre-warmed worker may wait here long; a judge that goes away closes the socket
+            judging = worker.receive_submission()
+        except (EOFError, OSError):
+            judging = False
+        if judging:
+            worker.start()
+            worker.serve()
     except Report as report:
         worker.send(report.payload)
     finally:

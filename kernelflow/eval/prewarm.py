@@ -1,0 +1,369 @@
+"""Starting workers: the one spawn path every worker takes, and a pool of pre-warmed fresh workers.
+
+`WorkerHandle` is one worker process from spawn to kill. At spawn it gets its own temporary
+directory (its cwd, HOME, TMPDIR and TRITON_CACHE_DIR, so compiled kernels are never shared between
+workers), a private socket directory (0700), a scrubbed environment (`_KEEP_ENV` only; no tokens or
+credentials), resource limits (output file size, no core dumps, address space under the
+interpreter) and its own process group. Its bootstrap (socket address, a fresh 32-byte key, backend,
+device) arrives on stdin; TRITON_INTERPRET is part of its environment, so it is set before triton is
+imported. The worker connects to the judge's authenticated socket, imports torch and triton (and on
+CUDA initialises its context and allocates the L2-flush buffer), then says `warm` and waits. Only
+then does a judge hand it a submission (`handover`): the source is written into the worker's
+directory and its path sent over the socket. A handle can be handed over once; the worker judges
+that one submission and exits, and the judge kills its process group and deletes its directories.
+
+Both paths use this protocol. Without a pool (`prewarm_workers = 0`, the default) a session spawns a
+handle and waits for `warm` itself, exactly as long as a fresh worker always took. With
+`WarmPool(size)`, `size` handles are spawned ahead of time and warm up in the background; a session
+takes one (a warm one if any, else the one that has been warming longest), and a replacement is
+spawned at once. A pooled worker has judged nothing when it is taken and is never returned to the
+pool. A pooled worker that fails to warm up is discarded and the session spawns a fresh one (the
+submission is not blamed for the evaluator's trouble); repeated warm-up failures back the pool off.
+
+Why the default stays 0: on a GPU each idle pooled worker holds a CUDA context (~0.5 GB) and a
+256 MB L2-flush buffer, and a worker warming up (CUDA context creation, allocations) while another
+verdict is being timed may disturb that timing. Both must be measured on the H200 before the pool is
+switched on there (docs/eval_speed.md has the command). On the CPU the pool only costs memory.
+
+This module does not talk to a worker after the handover (see `session.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import resource
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Listener
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+# Environment variables a worker may inherit; everything else (tokens, credentials) is dropped.
+_KEEP_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_HOME", "LD_LIBRARY_PATH", "NVIDIA_VISIBLE_DEVICES",
+             "CUDA_VISIBLE_DEVICES", "VIRTUAL_ENV", "PYTHONPATH", "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH")
+
+
+class WorkerStartError(RuntimeError):
+    """A worker died or misbehaved before it was handed a submission (the evaluator's fault)."""
+
+
+@dataclass(frozen=True)
+class SpawnSpec:
+    """Everything a worker needs at spawn: known before any submission (so a pool can spawn ahead)."""
+
+    backend: str
+    device: str
+    l2_flush_mb: int
+    output_limit_mb: int
+    memory_limit_mb: int
+
+    @classmethod
+    def of(cls, config, backend: str, device) -> SpawnSpec:
+        return cls(backend, str(device), config.l2_flush_mb, config.output_limit_mb, config.memory_limit_mb)
+
+
+def _limits(spec: SpawnSpec):
+    def apply() -> None:
+        out = spec.output_limit_mb << 20
+        resource.setrlimit(resource.RLIMIT_FSIZE, (out, out))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if spec.backend == "interpret":  # CUDA reserves a huge virtual address space: no AS cap there
+            cap = spec.memory_limit_mb << 20
+            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+    return apply
+
+
+class WorkerHandle:
+    """One spawned worker (see the module docstring). `ensure_warm`, then `handover` once, then `close`."""
+
+    def __init__(self, spec: SpawnSpec):
+        self.spec = spec
+        self.proc: subprocess.Popen | None = None
+        self.conn = None
+        self.warm_info: dict = {}
+        self.error: BaseException | None = None
+        self.spawned_at = time.monotonic()
+        self.pooled = False
+        self._done = threading.Event()
+        self._background: threading.Thread | None = None
+        self._claim_lock = threading.Lock()
+        self._claimed = False
+        self._listener = None
+        self.workdir = Path(tempfile.mkdtemp(prefix="kf-worker-"))
+        self.sockdir = Path(tempfile.mkdtemp(prefix="kf-judge-"))
+        self.log_path = self.workdir / "worker.log"
+        try:
+            os.chmod(self.sockdir, 0o700)
+            self._spawn()
+        except BaseException:
+            self.close()
+            raise
+
+    def _spawn(self) -> None:
+        env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
+        env.update(HOME=str(self.workdir), TMPDIR=str(self.workdir), PYTHONDONTWRITEBYTECODE="1",
+                   PYTHONNOUSERSITE="1", PYTHONUNBUFFERED="1", TRITON_CACHE_DIR=str(self.workdir / "triton_cache"),
+                   OMP_NUM_THREADS="1")
+        if self.spec.backend == "interpret":
+            env["TRITON_INTERPRET"] = "1"
+        address = str(self.sockdir / "judge.sock")
+        authkey = secrets.token_bytes(32)
+        self._listener = Listener(address, family="AF_UNIX", authkey=authkey)
+        out = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child, closed below
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "kernelflow.eval.worker"], stdin=subprocess.PIPE, stdout=out,
+                stderr=subprocess.STDOUT, cwd=self.workdir, env=env, start_new_session=True,
+                preexec_fn=_limits(self.spec),
+            )
+        finally:
+            out.close()
+        setup = {"address": address, "authkey": authkey.hex(), "backend": self.spec.backend, "device": self.spec.device,
+                 "l2_flush_mb": self.spec.l2_flush_mb}
+        self.proc.stdin.write((json.dumps(setup) + "\n").encode())
+        self.proc.stdin.close()
+
+    # ---- warm-up --------------------------------------------------------------------------------
+    def _warm(self, deadline: float) -> None:
+        """Accept the worker's connection and wait for its `warm` message (raises on failure)."""
+        sock = self._listener._listener._socket
+        try:
+            while True:  # accept() blocks; poll so a worker that dies before connecting is seen at once
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError("the worker did not connect in time")
+                sock.settimeout(min(0.5, remaining))
+                try:
+                    self.conn = self._listener.accept()
+                    break
+                except TimeoutError:
+                    if self.proc.poll() is not None:
+                        raise WorkerStartError(self._death("before connecting")) from None
+        finally:
+            self._listener.close()
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not self.conn.poll(remaining):
+            raise TimeoutError("the worker did not finish warming up in time")
+        try:
+            msg = json.loads(self.conn.recv_bytes(1 << 16))
+        except (EOFError, OSError, ValueError) as exc:
+            raise WorkerStartError(self._death(f"during warm-up ({type(exc).__name__})")) from None
+        if not isinstance(msg, dict) or msg.get("event") != "warm":
+            raise WorkerStartError(f"the worker sent {msg!r} instead of 'warm'")
+        self.warm_info = msg
+
+    def _warm_recording(self, deadline: float) -> None:
+        try:
+            self._warm(deadline)
+        except BaseException as exc:  # noqa: BLE001 - kept for whoever takes this handle
+            self.error = exc
+        finally:
+            self._done.set()
+
+    def _death(self, when: str) -> str:
+        code = self.proc.poll() if self.proc else None
+        try:
+            tail = self.log_path.read_bytes()[-600:].decode("utf-8", errors="replace")
+        except OSError:
+            tail = ""
+        return f"the worker exited (status {code}) {when}, before it received a submission: {tail.strip()}"
+
+    def warm_in_background(self, timeout_s: float) -> None:
+        self._background = threading.Thread(target=self._warm_recording, args=(time.monotonic() + timeout_s,),
+                                            name="kf-prewarm", daemon=True)
+        self._background.start()
+
+    @property
+    def warming(self) -> bool:
+        return not self._done.is_set()
+
+    @property
+    def usable(self) -> bool:
+        """Warm (or still warming) without an error, and its process alive."""
+        return self.error is None and self.proc is not None and self.proc.poll() is None
+
+    def ensure_warm(self, deadline: float) -> None:
+        """Block until the worker is warm; TimeoutError past `deadline`, WorkerStartError if it failed."""
+        if self._background is None and not self._done.is_set():
+            self._warm_recording(deadline)
+        elif not self._done.wait(max(0.0, deadline - time.monotonic())):
+            raise TimeoutError("the worker did not finish warming up in time")
+        if self.error is not None:
+            raise self.error
+
+    # ---- handover -------------------------------------------------------------------------------
+    def claim(self) -> None:
+        """Mark the handle as taken by one session; a second claim is a bug and raises."""
+        with self._claim_lock:
+            if self._claimed:
+                raise RuntimeError("a worker handle is handed out at most once")
+            self._claimed = True
+
+    @property
+    def claimed(self) -> bool:
+        return self._claimed
+
+    def handover(self, source: str, init_inputs: list) -> None:
+        """Give the warm worker its one submission (written into its own directory)."""
+        path = self.workdir / "submission.py"
+        path.write_text(source)
+        self.conn.send({"op": "judge", "submission_path": str(path), "init_inputs": list(init_inputs)})
+
+    def close(self) -> None:
+        """Kill the worker's process group and delete its directories (idempotent)."""
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # pragma: no cover - a zombie we cannot reap
+                pass
+        if self._listener is not None:
+            try:
+                self._listener.close()
+            except OSError:
+                pass
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except OSError:
+                pass
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        shutil.rmtree(self.sockdir, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class PoolStats:
+    size: int
+    idle: int  # spawned, not yet taken (warm or warming)
+    warm: int  # of which warm
+    spawned: int
+    handed_out: int
+    warmup_failures: int
+
+
+class WarmPool:
+    """`size` pre-warmed fresh workers kept ready for one spec (see the module docstring)."""
+
+    def __init__(self, spec: SpawnSpec, size: int, warmup_timeout_s: float = 180.0, max_backoff_s: float = 60.0):
+        if size < 1:
+            raise ValueError(f"a warm pool needs size >= 1, got {size}")
+        self.spec = spec
+        self.size = size
+        self.warmup_timeout_s = warmup_timeout_s
+        self.max_backoff_s = max_backoff_s
+        self._idle: list[WorkerHandle] = []
+        self._cond = threading.Condition()
+        self._closed = False
+        self._failures = 0  # consecutive warm-up failures: each doubles the wait before the next spawn
+        self._spawned = self._handed_out = self._warmup_failures = 0
+        self._keeper = threading.Thread(target=self._keep_full, name="kf-warm-pool", daemon=True)
+        self._keeper.start()
+
+    def _keep_full(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and len(self._idle) >= self.size:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                backoff = min(self.max_backoff_s, 2.0 ** self._failures - 1) if self._failures else 0.0
+            if backoff:
+                log.warning("warm pool: %d consecutive warm-up failures; next spawn in %.0f s", self._failures, backoff)
+                with self._cond:
+                    self._cond.wait_for(lambda: self._closed, timeout=backoff)
+            try:
+                handle = WorkerHandle(self.spec)
+            except Exception as exc:  # noqa: BLE001 - the pool keeps trying, backed off
+                log.warning("warm pool: could not spawn a worker: %s", exc)
+                with self._cond:
+                    self._failures += 1
+                    self._warmup_failures += 1
+                continue
+            handle.pooled = True
+            with self._cond:
+                if self._closed:
+                    handle.close()
+                    return
+                self._idle.append(handle)
+                self._spawned += 1
+            threading.Thread(target=self._warm, args=(handle,), name="kf-prewarm", daemon=True).start()
+
+    def _warm(self, handle: WorkerHandle) -> None:
+        handle.warm_in_background(self.warmup_timeout_s)
+        handle._background.join()
+        with self._cond:
+            if handle.error is None:
+                self._failures = 0
+                return
+            if self._closed:  # killed by close(): not a failure
+                return
+            self._failures += 1
+            self._warmup_failures += 1
+            discard = handle in self._idle
+            if discard:
+                self._idle.remove(handle)
+                self._cond.notify_all()
+        log.warning("warm pool: a worker failed to warm up: %s", handle.error)
+        if discard:
+            handle.close()
+
+    def acquire(self) -> WorkerHandle | None:
+        """Take a worker for one submission: a warm one, else the longest-warming one; None if empty."""
+        dead: list[WorkerHandle] = []
+        with self._cond:
+            chosen = None
+            for h in list(self._idle):
+                if not h.usable and not h.warming:
+                    self._idle.remove(h)
+                    dead.append(h)
+                elif chosen is None and not h.warming and h.usable:
+                    chosen = h
+            if chosen is None:
+                pending = [h for h in self._idle if h.warming and h.usable]
+                chosen = pending[0] if pending else None
+            if chosen is not None:
+                self._idle.remove(chosen)
+                chosen.claim()
+                self._handed_out += 1
+            self._cond.notify_all()  # the keeper spawns the replacement at once
+        for h in dead:
+            h.close()
+        return chosen
+
+    def stats(self) -> PoolStats:
+        with self._cond:
+            return PoolStats(self.size, len(self._idle), sum(1 for h in self._idle if not h.warming and h.usable),
+                             self._spawned, self._handed_out, self._warmup_failures)
+
+    def wait_warm(self, timeout_s: float) -> bool:
+        """Wait until `size` workers are warm (for benchmarks and tests); False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            s = self.stats()
+            if s.warm >= self.size:
+                return True
+            time.sleep(0.05)
+        return False
+
+    def close(self) -> None:
+        """Stop refilling and kill every idle worker."""
+        with self._cond:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._cond.notify_all()
+        for h in idle:
+            h.close()

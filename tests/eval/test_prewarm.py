@@ -1,0 +1,160 @@
+"""Pre-warmed fresh workers (kernelflow/eval/prewarm.py): faster start, same isolation, never reused.
+
+With `prewarm_workers` on, the adversarial behaviour must not change (hang -> timeout, crash ->
+crashed, honest -> ok), every submission gets its own process (a pre-warmed worker judges one
+submission and dies), the pool's workers get the same private directory and scrubbed environment as
+fresh ones, and a pooled worker that died while idle costs the submission nothing. Interpreter
+backend, small shapes; the verdict cache is off so every evaluation really runs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from kernelflow.eval import EvalConfig, Evaluator, Status
+from kernelflow.eval.prewarm import SpawnSpec, WarmPool, WorkerHandle
+from tests.env.procs import descendants
+from tests.eval.test_adversarial import load_fixture
+from tests.helpers.solutions import solution_source
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+CONFIG = EvalConfig(backend="interpret", shape="small", seeds=1, timed_runs=1, timeout_s=120, max_workers=2,
+                    verdict_cache_size=0, prewarm_workers=1)
+RELU = solution_source("19_ReLU")
+ADVERSARIAL = Path(__file__).resolve().parents[1] / "fixtures" / "adversarial"
+# A probe whose forward raises with the worker's pid, so the verdict's feedback names the process.
+PID_PROBE = RELU.replace("import torch\n", "import os\nimport torch\n", 1).replace(
+    "        return out", "        raise RuntimeError(f'worker pid {os.getpid()} tag {TAG}')\n        return out")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def warm():
+    ev = Evaluator(CONFIG)
+    assert ev._pool is not None and ev._pool.wait_warm(120), "the pool never warmed up"
+    yield ev
+    ev.close()
+    assert descendants(os.getpid()) == [], "closing the evaluator must kill its idle workers"
+
+
+@pytest.mark.parametrize("name", ["hang_forever", "segfault_ctypes", "os_exit_import", "output_flood",
+                                  "system_exit_forward"])
+def test_adversarial_behaviour_is_unchanged_with_prewarm(warm, name):
+    fixture = load_fixture(ADVERSARIAL / f"{name}.py")
+    config = replace(CONFIG, static_checks=fixture.static_checks, timeout_s=8 if name == "hang_forever" else 120)
+    ev = Evaluator(config)
+    try:
+        assert ev._pool.wait_warm(120)
+        v = ev.evaluate(fixture.task_id, fixture.source)
+        assert v.status == fixture.expect["interpret"], v.feedback
+        assert v.reward == 0
+        control = ev.evaluate("19_ReLU", RELU)
+        assert control.status == Status.OK, control.feedback
+        assert ev.stats()["prewarmed_sessions"] >= 1
+    finally:
+        ev.close()
+
+
+def test_honest_control_takes_a_warm_worker(warm):
+    assert warm._pool.wait_warm(120)
+    before = warm.stats()
+    v = warm.evaluate("19_ReLU", RELU)
+    assert v.status == Status.OK and v.reward == pytest.approx(0.3) and v.cached is False
+    after = warm.stats()
+    assert after["prewarmed_sessions"] == before["prewarmed_sessions"] + 1
+    assert after["pool"]["handed_out"] == before["pool"]["handed_out"] + 1
+
+
+def test_a_prewarmed_worker_is_never_reused():
+    ev = Evaluator(replace(CONFIG, static_checks=False))  # the probe imports os
+    pids = []
+    try:
+        for i in range(3):
+            assert ev._pool.wait_warm(120)
+            v = ev.evaluate("19_ReLU", PID_PROBE.replace("{TAG}", str(i)), seed=i)
+            assert v.status == Status.RUNTIME_ERROR, v.feedback
+            pids.append(int(re.search(r"worker pid (\d+)", v.feedback).group(1)))
+        assert ev.stats()["prewarmed_sessions"] == 3
+    finally:
+        ev.close()
+    assert len(set(pids)) == 3, f"one process judged two submissions: {pids}"
+    assert not any(_alive(p) for p in pids), "a worker outlived its verdict"
+
+
+def test_a_handle_is_handed_out_at_most_once():
+    handle = WorkerHandle(SpawnSpec.of(CONFIG, "interpret", "cpu"))
+    try:
+        handle.claim()
+        with pytest.raises(RuntimeError, match="at most once"):
+            handle.claim()
+    finally:
+        handle.close()
+    assert not handle.workdir.exists() and not handle.sockdir.exists()
+
+
+def test_pool_workers_are_isolated_like_fresh_ones(monkeypatch, tmp_path):
+    import tempfile
+
+    monkeypatch.setenv("KF_TEST_SECRET", "do-not-leak")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    probe = RELU.replace(
+        "import torch\n",
+        "import os\nimport torch\n"
+        "assert 'KF_TEST_SECRET' not in os.environ, 'secret leaked'\n"
+        "assert os.path.basename(os.getcwd()).startswith('kf-worker-'), os.getcwd()\n"
+        "assert os.environ['TRITON_CACHE_DIR'].startswith(os.getcwd()), 'shared triton cache'\n"
+        "assert os.environ['TRITON_INTERPRET'] == '1'\n"
+        "open('scratch.txt', 'w').write('x')\n",
+        1,
+    )
+    ev = Evaluator(replace(CONFIG, static_checks=False))  # the static checks forbid os and open()
+    try:
+        assert ev._pool.wait_warm(120)
+        v = ev.evaluate("19_ReLU", probe)
+        assert v.status == Status.OK, v.feedback
+        assert ev.stats()["prewarmed_sessions"] == 1
+    finally:
+        ev.close()
+    assert not list(Path(tmp_path).glob("kf-worker-*")), "worker directories must be deleted"
+    assert not list(Path(tmp_path).glob("kf-judge-*")), "socket directories must be deleted"
+
+
+def test_a_pool_worker_that_died_while_idle_is_replaced_without_blaming_the_submission():
+    ev = Evaluator(CONFIG)
+    try:
+        assert ev._pool.wait_warm(120)
+        idle = ev._pool._idle[0]
+        os.killpg(idle.proc.pid, signal.SIGKILL)
+        idle.proc.wait(10)
+        v = ev.evaluate("19_ReLU", RELU)
+        assert v.status == Status.OK, v.feedback
+    finally:
+        ev.close()
+
+
+def test_closing_the_pool_kills_idle_and_warming_workers():
+    pool = WarmPool(SpawnSpec.of(CONFIG, "interpret", "cpu"), size=2)
+    deadline = time.monotonic() + 30
+    while pool.stats().idle < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    handles = list(pool._idle)
+    pool.close()
+    assert handles and all(h.proc.poll() is not None for h in handles)
+    assert all(not h.workdir.exists() for h in handles)
+    time.sleep(0.5)  # the keeper thread must not spawn after close
+    assert pool.stats().idle == 0
