@@ -7,6 +7,11 @@ invariants; it does not start anything (see `server/app.py` and `server/launch.p
 
 JSON form (the `--config` file of `kernelflow serve`): the dataclass fields, with `eval` as a nested
 object of `EvalConfig` fields, e.g. `{"max_turns": 2, "eval": {"backend": "interpret", "shape": "small"}}`.
+
+Where evaluations run: `eval_backend` "local" (default: one `Evaluator`, its bounded worker pool on
+this host) or "ray" (`RayEvaluator`: evaluation actors on a Ray cluster, set up by `ray`, a nested
+object of `RayConfig` fields, e.g. `{"eval_backend": "ray", "ray": {"address": "auto", "num_actors": 8,
+"gpus_per_actor": 1}}`). Either way the verdicts and the configuration hash are the same.
 """
 
 from __future__ import annotations
@@ -20,8 +25,10 @@ from typing import Any
 
 from kernelflow.env.models import TOKEN_ENV_VAR
 from kernelflow.eval import EvalConfig
+from kernelflow.eval.ray_backend import RayConfig
 
 MIN_TOKEN_CHARS = 16
+EVAL_BACKENDS = ("local", "ray")
 
 
 @dataclass(frozen=True)
@@ -36,13 +43,21 @@ class EnvServerConfig:
     max_code_chars: int = 100_000  # longest answer accepted by `step`
     token: str | None = field(default=None, repr=False)  # access token clients must present
     session_timeout_s: float = 3600.0  # an idle session is closed after this long
+    eval_backend: str = "local"  # "local": this host's worker pool; "ray": actors on a Ray cluster (`ray`)
+    ray: RayConfig = field(default_factory=RayConfig)  # used when eval_backend is "ray"
 
     def __post_init__(self) -> None:
         if isinstance(self.eval, dict):  # built from JSON or YAML
             object.__setattr__(self, "eval", EvalConfig(**self.eval))
+        if isinstance(self.ray, dict):
+            object.__setattr__(self, "ray", RayConfig(**self.ray))
         problems = []
         if not isinstance(self.eval, EvalConfig):
             problems.append(f"eval={self.eval!r} (must be an EvalConfig or a dict of its fields)")
+        if self.eval_backend not in EVAL_BACKENDS:
+            problems.append(f"eval_backend={self.eval_backend!r} (choose one of {EVAL_BACKENDS})")
+        if not isinstance(self.ray, RayConfig):
+            problems.append(f"ray={self.ray!r} (must be a RayConfig or a dict of its fields)")
         if isinstance(self.max_turns, bool) or not isinstance(self.max_turns, int) or self.max_turns < 1:
             problems.append(f"max_turns={self.max_turns!r} (need an int >= 1)")
         if not isinstance(self.gamma, (int, float)) or not math.isfinite(self.gamma) or not 0 <= self.gamma <= 1:
@@ -106,5 +121,9 @@ class EnvServerConfig:
     def worst_case_step_s(self) -> float:
         """An upper bound on one step's wall time: every session queued on the pool, each evaluation
         running to its timeout. Clients should wait at least this long for a step."""
+        if self.eval_backend == "ray":  # all actors' pools, plus the calls lost to actors that died under it
+            rounds = math.ceil(self.max_sessions / (self.eval.max_workers * self.ray.num_actors))
+            lost = (self.ray.max_actor_deaths_per_submission - 1) * self.ray.call_timeout(self.eval)
+            return rounds * self.eval.timeout_s + lost
         rounds = math.ceil(self.max_sessions / self.eval.max_workers)
         return rounds * self.eval.timeout_s

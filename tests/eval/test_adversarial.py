@@ -100,7 +100,9 @@ def _evaluator(backend: str, static_checks: bool, timeout_s: float) -> Evaluator
     key = (backend, static_checks, timeout_s)
     if key not in _EVALUATORS:
         config = EvalConfig(backend=backend, shape="small", seeds=2, timed_runs=2, static_checks=static_checks,
-                            timeout_s=timeout_s, max_workers=2)
+                            timeout_s=timeout_s, max_workers=2,
+                            # no verdict cache: the honest control after each fixture must really be judged
+                            verdict_cache_size=0)
         _EVALUATORS[key] = Evaluator(config)
     return _EVALUATORS[key]
 

@@ -19,7 +19,10 @@ from kernelflow.cli import main as cli_main
 from kernelflow.eval import EvalConfig, Evaluator, Status, Verdict
 from tests.helpers.solutions import solution_source
 
-CONFIG = EvalConfig(backend="interpret", shape="small", seeds=2, timed_runs=2, timeout_s=120, max_workers=2)
+# The verdict cache is off: these tests must see every submission really judged (recovery after a
+# fault, no leftover processes); tests/eval/test_cache.py covers the cache.
+CONFIG = EvalConfig(backend="interpret", shape="small", seeds=2, timed_runs=2, timeout_s=120, max_workers=2,
+                    verdict_cache_size=0)
 RELU = solution_source("19_ReLU")
 
 

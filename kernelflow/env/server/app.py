@@ -6,7 +6,8 @@
 backend, device, the eval/reward configuration hash, the episode settings). It runs in OpenEnv's
 "production" mode, which drops the stateless HTTP `/reset` and `/step` routes: an episode lives in
 one WebSocket session. One `Evaluator` serves every session (its bounded worker pool and per-GPU
-timing lock are the server's); it is closed when the app shuts down.
+timing lock are the server's), or with `eval_backend: "ray"` one `RayEvaluator` spreading the
+evaluations over a Ray cluster's actors; it is closed when the app shuts down.
 
 Access (see `auth.py`): without a token the app serves loopback clients only, and `serve()` refuses
 to bind a non-loopback address; with a token (`"token"` in the `--config` JSON or
@@ -37,7 +38,7 @@ from openenv.core.env_server.types import ConcurrencyConfig
 from kernelflow.env.config import EnvServerConfig
 from kernelflow.env.models import INFO_PATH, TOKEN_ENV_VAR, KernelAction, KernelObservation, KernelState
 from kernelflow.env.server.auth import AccessMiddleware, is_loopback
-from kernelflow.env.server.environment import EvaluatorLike, KernelEnvironment
+from kernelflow.env.server.environment import EvaluatorLike, KernelEnvironment, build_evaluator
 
 log = logging.getLogger("kernelflow.env.server")
 
@@ -51,9 +52,7 @@ def create_kernel_app(config: EnvServerConfig, evaluator: EvaluatorLike | None =
     from kernelflow import __version__
 
     if evaluator is None:
-        from kernelflow.eval import Evaluator
-
-        evaluator = Evaluator(config.eval)
+        evaluator = build_evaluator(config)  # the local pool, or Ray actors when config.eval_backend is "ray"
 
     app = FastAPI(
         title="kernelflow environment",

@@ -47,6 +47,18 @@ class EvaluatorLike(Protocol):
     def close(self) -> None: ...
 
 
+def build_evaluator(config: EnvServerConfig) -> EvaluatorLike:
+    """The server's evaluator: this host's worker pool (`eval_backend="local"`, the default) or
+    evaluation actors on a Ray cluster (`"ray"`, set up by `config.ray`; needs the `ray` extra)."""
+    if config.eval_backend == "ray":
+        from kernelflow.eval.ray_backend import RayEvaluator
+
+        return RayEvaluator(config.eval, config.ray)
+    from kernelflow.eval import Evaluator
+
+    return Evaluator(config.eval)
+
+
 class EnvInputError(ValueError):
     """A client sent something the environment cannot act on; the message says what and what to do."""
 
@@ -64,11 +76,7 @@ class KernelEnvironment(Environment[KernelAction, KernelObservation, KernelState
         super().__init__(rubric=VerdictRewardRubric())
         self.config = config or EnvServerConfig()
         self._owns_evaluator = evaluator is None
-        if evaluator is None:
-            from kernelflow.eval import Evaluator
-
-            evaluator = Evaluator(self.config.eval)
-        self._evaluator = evaluator
+        self._evaluator = build_evaluator(self.config) if evaluator is None else evaluator
         # The server reads `state` on its event loop while a step may run in the session's thread.
         self._lock = threading.Lock()
         self._state = KernelState(max_turns=self.config.max_turns)
