@@ -41,11 +41,14 @@ def mixed_batch(tasks: list[str], repeat: int) -> list[tuple[str, str, str]]:
     relu = solution_source("19_ReLU")
     one = [(f"honest {t}", t, solution_source(t)) for t in tasks]
     one += [
-        ("wrong", "19_ReLU", relu.replace("tl.maximum(x, 0.0)", "x")),
+        ("wrong", "19_ReLU", relu.replace("tl.maximum(x.to(tl.float32), 0.0)", "x.to(tl.float32)")),
         ("compile error", "19_ReLU", relu.replace("tl.arange(0, BLOCK_SIZE)", "tl.arange(0, 1000)")),
         ("static rejection", "19_ReLU", relu.replace("        return out", "        return torch.relu(x)")),
         ("no code", "19_ReLU", "I would write a Triton kernel with a mask."),
     ]
+    changed = [label for label, _, code in one[len(tasks):] if code == relu]
+    if changed:
+        raise RuntimeError(f"the {changed} variants equal the ReLU control; its source changed, update mixed_batch")
     out = []
     for r in range(repeat):
         for label, task, code in one:
