@@ -10,7 +10,9 @@ made unique by a nonce comment (and the verdict cache off), so every verdict rea
 actor count a `RayEvaluator` is started (its start time reported apart), then the whole batch is
 submitted at once through `evaluate_batch`; throughput = verdicts / wall time of the batch. With
 `--local` the same batch also goes through a plain local `Evaluator(max_workers=A)` for the same A,
-as the no-Ray reference. Results: `ray_throughput.json` and `ray_throughput.md` under `--out`.
+as the no-Ray reference. Ray runs its workers at niceness 15 unless `RAY_worker_niceness=0` is set
+before Ray starts; on a shared host that decides who gets the cores, so the tables show it.
+Results: `ray_throughput.json` and `ray_throughput.md` under `--out`.
 """
 
 from __future__ import annotations
@@ -106,7 +108,8 @@ def main() -> int:
         start_s = time.monotonic() - t0
         result = run_batch(ev.evaluate, batch, threads=n * args.workers_per_actor + n)
         result.update(kind="ray", actors=n, workers=n * args.workers_per_actor, start_s=start_s,
-                      served=[s["served"] for s in ev.stats()["slots"]])
+                      served=[s["served"] for s in ev.stats()["slots"]],
+                      actor_niceness=[a["niceness"] for a in ev.info()["actors"]])
         ev.close()
         rows.append(result)
         print(f"ray {n} actor(s): {result['verdicts']} verdicts in {result['wall_s']:.1f} s = "
@@ -114,7 +117,8 @@ def main() -> int:
         if args.local:
             local = Evaluator(replace(config, max_workers=n * args.workers_per_actor))
             result = run_batch(local.evaluate, batch, threads=n * args.workers_per_actor)
-            result.update(kind="local", actors=0, workers=n * args.workers_per_actor, start_s=0.0, served=[])
+            result.update(kind="local", actors=0, workers=n * args.workers_per_actor, start_s=0.0, served=[],
+                          actor_niceness=[os.nice(0)])
             local.close()
             rows.append(result)
             print(f"local pool of {n * args.workers_per_actor}: {result['verdicts_per_hour']:.0f}/h", flush=True)
@@ -135,10 +139,12 @@ def main() -> int:
              f"shape {args.shape})", "",
              f"torch {meta['torch']}, triton {meta['triton']}, ray {meta['ray']}, evaluator {EVALUATOR_VERSION}; "
              f"batch of {len(batch)}: {', '.join(meta['batch'])}", "",
-             "| backend | actors | workers | actor start s | batch wall s | verdicts/h | median verdict s | served per actor |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| backend | actors | workers | niceness | actor start s | batch wall s | verdicts/h | median verdict s "
+             "| served per actor |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['kind']} | {r['actors'] or '-'} | {r['workers']} | {r['start_s']:.1f} | {r['wall_s']:.1f} | "
+        lines.append(f"| {r['kind']} | {r['actors'] or '-'} | {r['workers']} | {max(r['actor_niceness'])} | "
+                     f"{r['start_s']:.1f} | {r['wall_s']:.1f} | "
                      f"{r['verdicts_per_hour']:.0f} | {r['median_verdict_s']:.1f} | {r['served'] or '-'} |")
     (out / "ray_throughput.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

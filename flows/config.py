@@ -195,6 +195,7 @@ class ExperimentSchema:
 
     name: str = "experiment"  # names the run directory (with the config hash) and the MLflow run
     dry_run: bool = False  # print the plan (stages, counts, token budget) and exit without loading a model
+    seed: int | None = None  # when set, the experiment's seed (overrides trainer.seed): `-m seed=42,43,44`
     model: PolicyNode = field(default_factory=PolicyNode)
     lora: LoraNode = field(default_factory=LoraNode)
     trainer: TrainerNode = field(default_factory=TrainerNode)
@@ -234,8 +235,11 @@ def to_experiment_config(cfg: DictConfig | dict) -> ExperimentConfig:
     env = dict(data.get("env", {}))
     url, startup = env.pop("url", None), env.pop("startup_timeout_s", 120.0)
     server = build(EnvServerConfig, env, "env", eval=evaluation)
+    trainer_data = dict(data.get("trainer", {}))
+    if data.get("seed") is not None:
+        trainer_data["seed"] = data["seed"]
     trainer = build(
-        TrainerConfig, data.get("trainer", {}), "trainer",
+        TrainerConfig, trainer_data, "trainer",
         policy=policy, lora=lora, max_turns=server.max_turns, env_shape=evaluation.shape,
     )
     if trainer.eval_attempts > server.max_turns:

@@ -35,8 +35,10 @@ from flows.config import ExperimentConfig, flatten, to_container
 # only bound waiting or concurrency. Changing them continues the same run.
 NON_RESULT_KEYS = (
     "dry_run", "tracking.", "env.url", "env.token", "env.startup_timeout_s", "env.max_sessions",
-    "env.session_timeout_s", "env.eval_backend", "env.ray.", "eval.max_workers", "eval.cache_dir", "eval.device_index", "model.cache_dir",
+    "env.session_timeout_s", "eval.max_workers", "eval.cache_dir", "eval.device_index", "model.cache_dir",
     "model.device", "trainer.message_timeout_s",
+    # where evaluations run (local pool or Ray actors) never changes a verdict
+    "env.eval_backend", "env.ray.",
     # evaluator speed settings change how fast a verdict comes, never what it says
     "eval.verdict_cache_size", "eval.input_cache_mb", "eval.prewarm_workers",
 )

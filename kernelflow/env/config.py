@@ -25,7 +25,7 @@ from typing import Any
 
 from kernelflow.env.models import TOKEN_ENV_VAR
 from kernelflow.eval import EvalConfig
-from kernelflow.eval.ray_backend import RayConfig
+from kernelflow.eval.ray_config import RayConfig
 
 MIN_TOKEN_CHARS = 16
 EVAL_BACKENDS = ("local", "ray")

@@ -1,9 +1,10 @@
 """Evaluation on a Ray cluster: one evaluation actor per GPU (or N CPU actors), nothing lost.
 
-`RayEvaluator(eval_config, ray_config)` has `Evaluator`'s interface (`evaluate`, `evaluate_async`,
-`info`, `close`) plus `evaluate_batch` and `stats`. It starts `num_actors` actors (`EvalActor`), each
-owning one `Evaluator`: its own bounded worker pool, caches and timing lock, on its own GPU
-(`gpus_per_actor=1`) or, for the interpreter backend, on CPUs (`gpus_per_actor=0`).
+`RayEvaluator(eval_config, ray_config)` (settings: `RayConfig`, in `ray_config.py`) has
+`Evaluator`'s interface (`evaluate`, `evaluate_async`, `info`, `close`) plus `evaluate_batch` and
+`stats`. It starts `num_actors` actors (`EvalActor`), each owning one `Evaluator`: its own bounded
+worker pool, caches and timing lock, on its own GPU (`gpus_per_actor=1`) or, for the interpreter
+backend, on CPUs (`gpus_per_actor=0`).
 
 Scheduling (in the driver, i.e. the environment server): a submission waits until some live actor
 has a free pool slot (`eval.max_workers` per actor), then goes to the least-loaded free actor among
@@ -28,14 +29,15 @@ Layers: `ray` is imported lazily, only in this module (CI checks both); without 
 installed, constructing a `RayEvaluator` raises an ImportError saying what to install. On a GPU
 actor, calibration and the timing lock live in a per-physical-GPU folder under `eval.cache_dir`
 (Ray gives every actor its GPU as device 0, so the per-index lock file would otherwise be shared
-by all GPUs of a host); the host's CLI and benchmarks do not take that lock.
+by all GPUs of a host); the host's CLI and benchmarks do not take that lock. Ray starts its workers
+at niceness 15 (`RAY_worker_niceness`), and the actors' worker subprocesses inherit it: on a host
+shared with other work, start Ray with `RAY_worker_niceness=0` (`info()` reports each actor's).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import os
 import socket
 import threading
@@ -49,64 +51,13 @@ from typing import Any
 from kernelflow.eval.config import EvalConfig, config_hash
 from kernelflow.eval.evaluator import EVALUATOR_VERSION, Evaluator
 from kernelflow.eval.failure import failure_verdict
+from kernelflow.eval.ray_config import RayConfig
 from kernelflow.eval.verdict import Status, Verdict
 from kernelflow.tasks import Task
 
+__all__ = ["EvalActor", "RayConfig", "RayEvaluator"]
+
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RayConfig:
-    """Where the evaluation actors run and how failures are handled (see the module docstring)."""
-
-    address: str | None = None  # None: start a local Ray instance; "auto", "host:6379" or "ray://host:10001": join
-    num_actors: int = 1  # one per GPU on a CUDA cluster; N CPU actors for the interpreter backend
-    gpus_per_actor: float = 0.0  # 1 on a GPU cluster (the actor's Evaluator uses its GPU); 0: interpreter/CPU
-    cpus_per_actor: float = 1.0  # Ray CPUs reserved per actor (its workers run in the same reservation)
-    max_actor_deaths_per_submission: int = 2  # deaths under one submission before it is judged `crashed`
-    max_actor_replacements: int = 32  # dead actors replaced over the backend's life; then the slot stays empty
-    actor_start_timeout_s: float = 300.0  # an actor must be ready (Evaluator built) within this
-    call_timeout_s: float | None = None  # a call not answered by then counts as a dead actor; None: 2 x eval.timeout_s + 120
-    namespace: str = "kernelflow"
-    num_cpus: int | None = None  # CPUs of a local instance (address None only); None: Ray's default (all)
-    log_to_driver: bool = False  # forward actor stdout/stderr to the server's log
-
-    def __post_init__(self) -> None:
-        problems = []
-
-        def number(name: str, minimum: float, integer: bool, allow_none: bool = False) -> None:
-            value = getattr(self, name)
-            if value is None and allow_none:
-                return
-            ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
-            if isinstance(value, bool) or not ok_type or not math.isfinite(value) or value < minimum:
-                kind = "an int" if integer else "a number"
-                problems.append(f"{name}={value!r} (need {kind} >= {minimum})")
-
-        if self.address is not None and (not isinstance(self.address, str) or not self.address.strip()):
-            problems.append(f"address={self.address!r} (null for a local instance, or e.g. 'auto', 'head:6379')")
-        number("num_actors", 1, True)
-        number("gpus_per_actor", 0, False)
-        number("cpus_per_actor", 0, False)
-        number("max_actor_deaths_per_submission", 1, True)
-        number("max_actor_replacements", 0, True)
-        number("actor_start_timeout_s", 1, False)
-        number("call_timeout_s", 1, False, allow_none=True)
-        number("num_cpus", 1, True, allow_none=True)
-        if isinstance(self.gpus_per_actor, (int, float)) and self.gpus_per_actor > 1 and self.gpus_per_actor % 1:
-            problems.append(f"gpus_per_actor={self.gpus_per_actor} (a fraction of one GPU, or a whole number)")
-        if self.num_cpus is not None and self.address is not None:
-            problems.append(f"num_cpus={self.num_cpus} applies to a local instance only (address={self.address!r}); "
-                            "set it to null, or address to null")
-        if not isinstance(self.namespace, str) or not self.namespace:
-            problems.append(f"namespace={self.namespace!r} (need a non-empty string)")
-        if not isinstance(self.log_to_driver, bool):
-            problems.append(f"log_to_driver={self.log_to_driver!r} (must be true or false)")
-        if problems:
-            raise ValueError("invalid RayConfig: " + "; ".join(problems))
-
-    def call_timeout(self, eval_config: EvalConfig) -> float:
-        return self.call_timeout_s if self.call_timeout_s is not None else 2 * eval_config.timeout_s + 120
 
 
 def _ray():
@@ -143,7 +94,7 @@ class EvalActor:
     def ready(self) -> dict[str, Any]:
         """The evaluator's info plus where this actor runs (answered once the Evaluator is built)."""
         return {**self.evaluator.info(), "slot": self.slot, "pid": os.getpid(), "host": socket.gethostname(),
-                "gpu_ids": self.gpu_ids}
+                "gpu_ids": self.gpu_ids, "niceness": os.nice(0)}
 
     def evaluate(self, task_id: str, answer: str | None, seed: int | None, shape: str | None) -> dict[str, Any]:
         return self.evaluator.evaluate(task_id, answer, seed=seed, shape=shape).to_dict()
@@ -218,7 +169,7 @@ class RayEvaluator:
         """The actors' evaluator info (all equal; checked at start) plus the Ray layout."""
         with self._cond:
             actors = [{"slot": s.index, "state": s.state, "host": s.info.get("host"), "pid": s.info.get("pid"),
-                       "gpu_ids": s.info.get("gpu_ids")} for s in self._slots]
+                       "gpu_ids": s.info.get("gpu_ids"), "niceness": s.info.get("niceness")} for s in self._slots]
         devices = sorted({str(s.info.get("device")) for s in self._slots if s.info})
         return {
             **self._info,
@@ -373,7 +324,7 @@ class RayEvaluator:
                 "install the same kernelflow version on every node of the Ray cluster"
             )
         first = self._slots[0].info
-        self._info = {k: v for k, v in first.items() if k not in ("slot", "pid", "host", "gpu_ids")}
+        self._info = {k: v for k, v in first.items() if k not in ("slot", "pid", "host", "gpu_ids", "niceness")}
         log.info("ray backend: %d actors ready (%s)", len(self._slots),
                  ", ".join(f"{s.info.get('host')}:{s.info.get('pid')}" for s in self._slots))
 

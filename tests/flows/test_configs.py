@@ -153,3 +153,11 @@ def test_the_run_is_named_by_config_hash_not_by_placement():
     assert {config_hash(c) for c in same} == {config_hash(base)}
     different = [experiment("trainer.seed=1"), experiment("eval.seeds=2"), experiment("lora.r=8")]
     assert len({config_hash(c) for c in different} | {config_hash(base)}) == 4
+
+
+def test_top_level_seed_sets_the_trainer_seed_for_multirun_sweeps():
+    """`python -m flows.experiment -m seed=42,43,44` must give one run per seed."""
+    seeded = experiment("seed=43")
+    assert seeded.trainer.seed == 43
+    assert config_hash(seeded) == config_hash(experiment("trainer.seed=43"))
+    assert config_hash(seeded) != config_hash(experiment("seed=44"))

@@ -1,0 +1,170 @@
+"""The seed comparison (flows/compare.py) on small synthetic parent runs in a temporary MLflow store.
+
+Running three smoke experiments would take minutes, so each "seed" here is a parent run made the way
+the flow makes it: `Tracker` creates it, the config is logged as params the way the provenance stage
+does (`split_settings`), and both evaluations' metrics are computed by `flows.results` from records
+shaped like `results.json` and logged with the stage prefix exactly as `stages.eval_stage` does. The
+numbers the report must show are worked out by hand in the comments.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from flows.compare import compare, load_runs, main
+from flows.config import to_experiment_config
+from flows.results import outcomes, summary_metrics, task_metrics
+from flows.run_dir import RunDir, run_name, split_settings
+from flows.tracking import Tracker
+from tests.flows.conftest import compose_config
+
+EXPERIMENT = "seeds-test"
+
+# seed -> stage -> task -> (turn1_correct, turn2_correct, speedup_vs_eager, roofline_fraction); other tasks fail
+CORRECT = {
+    42: {"baseline_eval": {"19_ReLU": (False, True, 0.5, 0.1)},
+         "trained_eval": {"19_ReLU": (True, True, 1.5, 0.5), "20_LeakyReLU": (True, True, 0.9, 0.3)}},
+    43: {"baseline_eval": {},
+         "trained_eval": {"19_ReLU": (False, True, 1.3, 0.4)}},
+    44: {"baseline_eval": {},
+         "trained_eval": {"19_ReLU": (True, True, 1.1, 0.2), "23_Softmax": (True, True, 2.0, 0.6)}},
+}
+COMPILE = {44: {"19_ReLU": 0.8, "23_Softmax": 1.5}}  # only seed 44's trained evaluation timed torch.compile
+SAMPLES = {42: {"19_ReLU": (4, 2)}, 43: {"19_ReLU": (4, 2)}}  # (n, c); every other task: (4, 0)
+
+
+def _turn(turn: int, correct: bool, speedup: float | None = None, roofline: float | None = None) -> dict:
+    verdict = {"speedup_vs_eager": speedup, "roofline_fraction": roofline, "runtime_ms": 0.01} if correct else {}
+    return {"turn": turn, "status": "ok" if correct else "wrong_output", "correct": correct,
+            "reward": 1.0 if correct else 0.0, "verdict": verdict}
+
+
+def _records(cfg, table: dict) -> list[dict]:
+    recs = []
+    for tid in cfg.tasks.all:
+        if tid in table:
+            first, _, s, r = table[tid]
+            turns = [_turn(1, True, s, r)] if first else [_turn(1, False), _turn(2, True, s, r)]
+        else:
+            turns = [_turn(1, False), _turn(2, False)]
+        recs.append({"task_id": tid, "turns": turns})
+    return recs
+
+
+def _log_seed(tmp_path, seed: int) -> str:
+    cfg = to_experiment_config(compose_config(
+        f"trainer.seed={seed}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"tracking.runs_root={tmp_path}/runs",
+        f"tracking.experiment={EXPERIMENT}"))
+    tracker = Tracker(cfg, RunDir.for_config(cfg))
+    tracker.log_params(tracker.parent_id, split_settings(cfg)[0])           # as the provenance stage
+    for stage in ("baseline_eval", "trained_eval"):
+        outs = outcomes(_records(cfg, CORRECT[seed][stage]))
+        metrics: dict = {}
+        for o in outs.values():
+            metrics.update(task_metrics(o))
+        metrics.update(summary_metrics(outs, cfg.tasks.groups))
+        tracker.log_metrics(tracker.parent_id, {f"{stage}/{k}": v for k, v in metrics.items()})  # as eval_stage
+    extra = {f"trained_eval/{t}/speedup_vs_compile": s for t, s in COMPILE.get(seed, {}).items()}
+    if seed in SAMPLES:
+        for tid in cfg.tasks.all:
+            n, c = SAMPLES[seed].get(tid, (4, 0))
+            extra.update({f"trained_eval/{tid}/samples": n, f"trained_eval/{tid}/samples_correct": c})
+    tracker.log_metrics(tracker.parent_id, extra)
+    tracker.finish()
+    return tracker.parent_id
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("compare")
+    ids = [_log_seed(tmp, s) for s in CORRECT]
+    return tmp, f"sqlite:///{tmp}/mlflow.db", ids
+
+
+def test_each_seed_is_its_own_run_under_one_experiment():
+    # what `python -m flows.experiment -m trainer.seed=42,43,44` relies on: the seed is a result setting
+    cfgs = [to_experiment_config(compose_config(f"trainer.seed={s}", "tracking.experiment=x")) for s in (42, 43)]
+    assert run_name(cfgs[0]) != run_name(cfgs[1])
+    assert cfgs[0].tracking.experiment == cfgs[1].tracking.experiment == "x"
+
+
+def test_load_runs_reads_one_parent_per_seed(store):
+    _, uri, ids = store
+    runs = load_runs(EXPERIMENT, uri)
+    assert [r.seed for r in runs] == [42, 43, 44]
+    assert sorted(r.run_id for r in runs) == sorted(ids)
+    assert all(r.status == "FINISHED" for r in runs)
+    with pytest.raises(LookupError, match="no MLflow experiment"):
+        load_runs("nope", uri)
+
+
+def test_comparison_numbers(store):
+    tmp, uri, _ = store
+    out = tmp / "report"
+    result = compare(load_runs(EXPERIMENT, uri), out, EXPERIMENT, resamples=2000, level=0.9, seed=0)
+    m = result.numbers["metrics"]
+
+    def est(key, side="after"):
+        return m[key][side]["estimate"]
+
+    assert result.numbers["config_differences"] == []
+    assert [r["seed"] for r in result.numbers["runs"]] == [42, 43, 44]
+    # 19_ReLU by the 2nd attempt: before [1, 0, 0], after [1, 1, 1]; paired differences [0, 1, 1]
+    relu = m["task/19_ReLU/turn2_correct"]
+    assert relu["before"]["estimate"] == pytest.approx(1 / 3)
+    assert (relu["after"]["estimate"], relu["after"]["low"], relu["after"]["high"]) == (1.0, 1.0, 1.0)
+    assert relu["difference"]["estimate"] == pytest.approx(2 / 3)
+    # resampled means of [0, 1, 1]: 0 w.p. 1/27 (< 5%), 1 w.p. 8/27 (> 5%), so the 90% interval is [1/3, 1]
+    assert relu["difference"]["low"] == pytest.approx(1 / 3) and relu["difference"]["high"] == 1.0
+    assert est("task/19_ReLU/turn1_correct") == pytest.approx(2 / 3)           # first attempt: seeds 42 and 44
+    # train group (4 tasks): after [2/4, 1/4, 1/4], before [1/4, 0, 0]
+    assert est("group/train/turn2_correct") == pytest.approx(1 / 3)
+    assert est("group/train/turn2_correct", "before") == pytest.approx(1 / 12)
+    assert est("group/heldout/turn2_correct") == pytest.approx(1 / 9)           # 23_Softmax in seed 44 only
+    assert est("group/overall/turn2_correct") == pytest.approx((0.2 + 0.1 + 0.2) / 3)
+    # fast_p over all ten tasks: fast_0 = correct fraction; fast_1 after [1, 1, 2]/10; fast_1.2 after [1, 1, 1]/10
+    assert est("fast_0/eager") == pytest.approx(est("group/overall/turn2_correct"))
+    assert est("fast_1/eager") == pytest.approx(4 / 30)
+    assert est("fast_1.2/eager") == pytest.approx(0.1)
+    assert (m["fast_1.2/eager"]["after"]["low"], m["fast_1.2/eager"]["after"]["high"]) == (0.1, 0.1)
+    assert est("fast_0/eager", "before") == pytest.approx(1 / 30)
+    assert est("fast_1/eager", "before") == 0.0
+    # against torch.compile: only seed 44 measured it (0.8 and 1.5): fast_1 = 1/10 from one seed
+    assert m["fast_1/compile"]["per_seed"]["after"] == [None, None, 0.1]
+    assert est("fast_1/compile") == pytest.approx(0.1) and m["fast_1/compile"]["after"]["n"] == 1
+    # seed 44 counts as timing compile in both stages; before training nothing was correct there: 0
+    assert m["fast_1/compile"]["per_seed"]["before"] == [None, None, 0.0]
+    # mean roofline fraction of correct kernels: after [0.4, 0.4, 0.4] (exact), before 0.1 from seed 42 only
+    assert (m["roofline_fraction"]["after"]["low"], m["roofline_fraction"]["after"]["high"]) == pytest.approx((0.4, 0.4))
+    assert est("roofline_fraction", "before") == pytest.approx(0.1)
+    # sampled: 19_ReLU (4, 2), nine tasks (4, 0), seeds 42 and 43: pass@1 = 0.5/10, pass@2 = (5/6)/10, pass@4 = 1/10
+    assert est("pass@1") == pytest.approx(0.05)
+    assert est("pass@2") == pytest.approx(5 / 60)
+    assert est("pass@4") == pytest.approx(0.1)
+    assert m["pass@4"]["per_seed"]["after"] == pytest.approx([0.1, 0.1, None])
+    assert est("avg@n") == pytest.approx(0.05)
+
+    # files: markdown with the same numbers, the json, three plots
+    assert json.loads((out / "comparison.json").read_text())["metrics"]["fast_1/eager"]["after"]["estimate"] == \
+        pytest.approx(4 / 30)
+    for png in ("group_success.png", "task_success.png", "fast_p.png"):
+        assert (out / png).stat().st_size > 1000
+    md = (out / "compare.md").read_text()
+    assert "over 3 seed(s)" in md
+    assert result.numbers["tiny"] and "tiny random model" in md                  # the smoke preset's policy
+    assert ("| 19_ReLU | train | 0.00 [0.00, 0.00] | 0.67 [0.33, 1.00] | 0.33 [0.00, 0.67] | 1.00 [1.00, 1.00] "
+            "| 0.67 [0.33, 1.00] |") in md
+    assert "| fast_1.2 vs eager | 0.00 [0.00, 0.00] | 0.10 [0.10, 0.10] | 0.10 [0.10, 0.10] |" in md
+    assert "| fast_1 vs torch.compile | 0.00 (1 of 3 seeds) | 0.10 (1 of 3 seeds) | 0.10 (1 of 3 seeds) |" in md
+    assert "| mean roofline fraction | 0.10 (1 of 3 seeds) | 0.40 [0.40, 0.40] | 0.30 (1 of 3 seeds) |" in md
+    assert "| pass@2 | — | 0.08 [0.08, 0.08] (2 of 3 seeds) | — |" in md
+
+def test_command_writes_the_report_and_names_a_missing_experiment(store, tmp_path, capsys):
+    _, uri, _ = store
+    assert main(["--experiment", EXPERIMENT, "--tracking-uri", uri, "--out", str(tmp_path / "cli"), "--resamples",
+                 "200", "--no-prefect"]) == 0
+    assert (tmp_path / "cli" / "compare.md").is_file()
+    assert main(["--experiment", "nope", "--tracking-uri", uri, "--no-prefect"]) == 1
+    assert "no MLflow experiment 'nope'" in capsys.readouterr().err
