@@ -22,6 +22,7 @@ update includes one real GPU evaluation; `--no-inject` turns that off.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -33,13 +34,14 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from kernelflow.env.client import KernelEnvSession  # noqa: E402
+from kernelflow.env.client import KernelEnvSession, fetch_server_info  # noqa: E402
 from kernelflow.env.config import EnvServerConfig  # noqa: E402
 from kernelflow.env.server.launch import start_local_server  # noqa: E402
 from kernelflow.eval import EvalConfig  # noqa: E402
@@ -95,6 +97,9 @@ def parse_args(argv=None):
     p.add_argument("--no-gradient-checkpointing", action="store_true")
     p.add_argument("--no-inject", action="store_true", help="do not substitute one honest solution per group")
     p.add_argument("--cache-dir", default=None, help="where the random model is built (default ~/.cache/kernelflow)")
+    p.add_argument("--env-url", default=None,
+                   help="judge against this running environment server instead of starting one (two-GPU runs)")
+    p.add_argument("--env-token", default=None, help="the server's token, if it has one")
     return p.parse_args(argv)
 
 
@@ -153,7 +158,12 @@ def main(argv=None) -> int:
     eval_cfg = EvalConfig(backend=backend, shape=shape)
     server_cfg = EnvServerConfig(eval=eval_cfg, max_sessions=max(16, args.group_size))
     t0 = time.perf_counter()
-    with start_local_server(server_cfg, log_path=out_dir / "env_server.log", startup_timeout_s=300) as server:
+    if args.env_url:
+        server_ctx = contextlib.nullcontext(SimpleNamespace(url=args.env_url, token=args.env_token,
+                                                            info=lambda: fetch_server_info(args.env_url, args.env_token)))
+    else:
+        server_ctx = start_local_server(server_cfg, log_path=out_dir / "env_server.log", startup_timeout_s=300)
+    with server_ctx as server:
         report["server_start_s"] = time.perf_counter() - t0
         report["server"] = server.info()
         counter = itertools.count()

@@ -1,6 +1,6 @@
 """The `kernelflow` command line: tasks, prompt, eval, serve.
 
-    kernelflow tasks                       list task ids, groups and shapes
+    kernelflow tasks [--suite families]    list task ids, groups and shapes (pilot by default)
     kernelflow prompt TASK_ID              print the prompt a model sees
     kernelflow eval TASK_ID FILE [...]     judge a submission (see `kernelflow eval -h`)
     kernelflow serve [--host --port]       run the OpenEnv environment server
@@ -19,6 +19,8 @@ from kernelflow.tasks import GROUPS, TASKS, build_prompt_text, get_task
 
 
 def _cmd_tasks(args: argparse.Namespace) -> int:
+    if args.suite == "families":
+        return _list_families(args)
     if args.json:
         print(json.dumps([t.to_dict() for t in TASKS.values()], indent=2))
         return 0
@@ -28,6 +30,22 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
             if task.group == group:
                 small, full = task.shape("small"), task.shape("full")
                 print(f"  {task.task_id:<18} small {'x'.join(map(str, small)):<10} full {'x'.join(map(str, full))}")
+    return 0
+
+
+def _list_families(args: argparse.Namespace) -> int:
+    """The second-tier suite (kernelflow/tasks/families.py), by group, with each group's role."""
+    from kernelflow.tasks import FAMILY_GROUPS, FAMILY_ROLES, FAMILY_TASKS
+
+    if args.json:
+        print(json.dumps([t.to_dict() for t in FAMILY_TASKS.values()], indent=2))
+        return 0
+    for group in FAMILY_GROUPS:
+        print(f"{group} ({FAMILY_ROLES[group]}):")
+        for task in FAMILY_TASKS.values():
+            if task.group == group:
+                small, full = task.shape("small"), task.shape("full")
+                print(f"  {task.task_id:<20} small {'x'.join(map(str, small)):<10} full {'x'.join(map(str, full))}")
     return 0
 
 
@@ -66,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("tasks", help="list the task suite")
     p.add_argument("--json", action="store_true", help="print the full metadata as JSON")
+    p.add_argument("--suite", choices=("pilot", "families"), default="pilot",
+                   help="which suite to list: the pilot's ten tasks (default) or the second-tier families")
     p.set_defaults(func=_cmd_tasks)
 
     p = sub.add_parser("prompt", help="print the prompt for a task")

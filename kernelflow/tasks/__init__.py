@@ -1,10 +1,12 @@
 """The task suite: KernelBench-format reference modules with evaluation metadata, and prompts.
 
 Public API: `Task`, `get_task`, `task_ids`, `TASKS`, `GROUPS`, `suite_hash`, `generate_input`,
-`build_messages`, `build_prompt_text`, `feedback_message`, `extract_code`. This layer imports only the
-standard library and torch.
+`build_messages`, `build_prompt_text`, `feedback_message`, `extract_code`, and the second-tier suite
+(`families.py`): `FAMILY_TASKS`, `FAMILY_GROUPS`, `FAMILY_ROLES`, `family_task_ids`, `families_hash`.
+This layer imports only the standard library and torch.
 """
 
+from kernelflow.tasks.families import FAMILY_GROUPS, FAMILY_ROLES, FAMILY_TASKS, families_hash, family_task_ids
 from kernelflow.tasks.inputs import generate_input
 from kernelflow.tasks.prompts import (
     build_messages,
@@ -24,6 +26,9 @@ from kernelflow.tasks.suite import GROUPS, KERNELBENCH_REVISION, TASKS, get_task
 
 __all__ = [
     "DISTRIBUTIONS",
+    "FAMILY_GROUPS",
+    "FAMILY_ROLES",
+    "FAMILY_TASKS",
     "GROUPS",
     "KERNELBENCH_REVISION",
     "KERNELBENCH_TOLERANCE",
@@ -35,6 +40,8 @@ __all__ = [
     "build_messages",
     "build_prompt_text",
     "extract_code",
+    "families_hash",
+    "family_task_ids",
     "feedback_message",
     "generate_input",
     "get_task",

@@ -73,11 +73,14 @@ TASKS: dict[str, Task] = {
 
 
 def get_task(task_id: str) -> Task:
-    """The task with this id; a KeyError lists the known ids."""
-    try:
-        return TASKS[task_id]
-    except KeyError:
-        raise KeyError(f"unknown task id {task_id!r}; known ids: {', '.join(TASKS)}") from None
+    """The task with this id, of the pilot suite or of the families (`families.py`); a KeyError lists the known ids."""
+    from kernelflow.tasks.families import FAMILY_TASKS  # the second-tier suite (families.py)
+
+    task = TASKS.get(task_id) or FAMILY_TASKS.get(task_id)
+    if task is None:
+        known = ", ".join([*TASKS, *FAMILY_TASKS])
+        raise KeyError(f"unknown task id {task_id!r}; known ids: {known}")
+    return task
 
 
 def task_ids(group: str | None = None) -> list[str]:

@@ -1,0 +1,26 @@
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """L1 normalisation of each row: divides by the mean absolute value over dim 1."""
+
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Returns x / mean(|x| over dim 1), same shape as x."""
+        return x / torch.mean(torch.abs(x), dim=1, keepdim=True)
+
+
+batch_size = 32768
+dim = 65535
+
+
+def get_inputs():
+    x = torch.rand(batch_size, dim)
+    return [x]
+
+
+def get_init_inputs():
+    return []
