@@ -91,13 +91,13 @@ def _task(task_id: str, group: str, flops: float, tol: Tolerance, shapes: dict, 
 FAMILY_TASKS: dict[str, Task] = {
     t.task_id: t
     for t in [
-        _task("36_RMSNorm_", "normalization", 4, _NORM_TOL, _RMS_SHAPES,
-              "x / sqrt(mean(x^2 over dim 1) + 1e-5) on (batch, features, dim1, dim2)", init_inputs=(64,)),
         _task("34_InstanceNorm", "normalization", 7, _CENTRED_TOL, _NCHW_64,
               "per (batch, feature): (x - mean) / sqrt(var + 1e-5) over dim1 x dim2", init_inputs=(64,)),
         _task("35_GroupNorm_", "normalization", 9, _CENTRED_TOL, _NCHW_64,
               "nn.GroupNorm(8 groups, 64 features): per (batch, group) normalisation, weight 1, bias 0",
               init_inputs=(64, 8)),
+        _task("36_RMSNorm_", "normalization", 4, _NORM_TOL, _RMS_SHAPES,
+              "x / sqrt(mean(x^2 over dim 1) + 1e-5) on (batch, features, dim1, dim2)", init_inputs=(64,)),
         _task("38_L1Norm_", "normalization", 3, _NORM_TOL, _ROWS_65535, "x / mean(|x| over dim 1)"),
         _task("39_L2Norm_", "normalization", 3, _NORM_TOL, _ROWS_65535, "x / ||x||_2 over dim 1"),
         _task("89_cumsum", "cumulative", 1, _SCAN_TOL, _ROWS_32768, "inclusive cumsum over dim 1",
