@@ -31,36 +31,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelflow.env.client import AsyncKernelEnvSession, fetch_server_info
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tests/helpers holds the honest controls
 
-HONEST = '''```python
-import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
+from kernelflow.env.client import AsyncKernelEnvSession, fetch_server_info  # noqa: E402
+from tests.helpers.solutions import solution_source  # noqa: E402
 
-
-@triton.jit
-def relu_kernel(x_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
-    pid = tl.program_id(axis=0).to(tl.int64)
-    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-    mask = offsets < n_elements
-    x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
-    tl.store(out_ptr + offsets, tl.maximum(x, 0.0), mask=mask)
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        x = x.contiguous()
-        out = torch.empty_like(x)
-        n = x.numel()
-        relu_kernel[(triton.cdiv(n, 4096),)](x, out, n, BLOCK_SIZE=4096)
-        return out
-```'''
-WRONG = HONEST.replace("tl.maximum(x, 0.0)", "x")
+HONEST = "```python\n" + solution_source("19_ReLU") + "```"  # the suite's honest control, fenced like a reply
+WRONG = HONEST.replace("tl.maximum(x.to(tl.float32), 0.0)", "x")
 NO_CODE = "I could not write this kernel."
 TORCH_OP = HONEST.replace("out = torch.empty_like(x)", "out = torch.relu(x)")
 
