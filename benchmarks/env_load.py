@@ -31,6 +31,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests/helpers holds the honest controls
 
@@ -196,12 +198,8 @@ def account(records: list[SessionRecord]) -> dict:
 
 
 def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    values = sorted(values)
-    k = (len(values) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(values) - 1)
-    return values[lo] + (values[hi] - values[lo]) * (k - lo)
+    """The q-quantile with linear interpolation (numpy's default), None for no values."""
+    return float(np.percentile(values, 100 * q)) if values else None
 
 
 def environment_facts() -> dict:

@@ -40,6 +40,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
 import torch
 import triton
 
@@ -72,12 +73,8 @@ def unique(source: str) -> str:
 
 
 def pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    values = sorted(values)
-    k = (len(values) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(values) - 1)
-    return values[lo] + (values[hi] - values[lo]) * (k - lo)
+    """The q-quantile with linear interpolation (numpy's default), None for no values."""
+    return float(np.percentile(values, 100 * q)) if values else None
 
 
 def summarise(latencies: list[float], wall_s: float, statuses: list[str], splits: list[dict] | None = None) -> dict:

@@ -34,7 +34,6 @@ so the small profile cannot shrink the normalised dims). See docs/families.md.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -119,11 +118,6 @@ def family_task_ids(group: str | None = None) -> list[str]:
 
 def families_hash() -> str:
     """sha256 over every family task's metadata and reference source (like `suite_hash`)."""
-    from kernelflow.tasks.suite import KERNELBENCH_REVISION
+    from kernelflow.tasks.suite import tasks_hash  # suite.py imports this module lazily too
 
-    h = hashlib.sha256(KERNELBENCH_REVISION.encode())
-    h.update(json.dumps(FAMILY_ROLES, sort_keys=True).encode())
-    for task in FAMILY_TASKS.values():
-        h.update(json.dumps(task.to_dict(), sort_keys=True).encode())
-        h.update(task.source.encode())
-    return h.hexdigest()
+    return tasks_hash(FAMILY_TASKS.values(), json.dumps(FAMILY_ROLES, sort_keys=True))

@@ -90,10 +90,17 @@ def task_ids(group: str | None = None) -> list[str]:
     return [t.task_id for t in TASKS.values() if group is None or t.group == group]
 
 
-def suite_hash() -> str:
-    """sha256 over every task's metadata and reference source: changes whenever the suite does."""
+def tasks_hash(tasks, *extra: str) -> str:
+    """sha256 over the KernelBench revision, `extra` strings, and each task's metadata and source."""
     h = hashlib.sha256(KERNELBENCH_REVISION.encode())
-    for task in TASKS.values():
+    for text in extra:
+        h.update(text.encode())
+    for task in tasks:
         h.update(json.dumps(task.to_dict(), sort_keys=True).encode())
         h.update(task.source.encode())
     return h.hexdigest()
+
+
+def suite_hash() -> str:
+    """sha256 over every task's metadata and reference source: changes whenever the suite does."""
+    return tasks_hash(TASKS.values())
