@@ -45,7 +45,8 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    evaluator = Evaluator(EvalConfig(backend=args.backend, shape=args.shape, max_workers=1))
+    # No verdict cache: the repeats must each be judged again, not answered from the first verdict.
+    evaluator = Evaluator(EvalConfig(backend=args.backend, shape=args.shape, max_workers=1, verdict_cache_size=0))
     info = evaluator.info()
     rows = []
     for task_id in args.tasks:

@@ -40,7 +40,7 @@ from kernelflow.eval.timing import TimingResult, device_lock, time_cuda
 from kernelflow.eval.verdict import Check, Status, Verdict, WallTime, code_sha256
 from kernelflow.tasks import Task, extract_code, generate_input, get_task
 
-EVALUATOR_VERSION = f"{kernelflow.__version__}+eval.1"
+EVALUATOR_VERSION = f"{kernelflow.__version__}+eval.2"
 
 
 def resolve_backend(backend: str) -> str:

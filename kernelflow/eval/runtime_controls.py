@@ -164,6 +164,7 @@ def identity_snapshot() -> dict[str, int]:
         "time.perf_counter": time.perf_counter,
         "time.time": time.time,
         "torch.cuda.synchronize": torch.cuda.synchronize,
+        "torch.cuda._sleep": torch.cuda._sleep,
         "torch.cuda.Event": torch.cuda.Event,
         "torch.cuda.Event.record": torch.cuda.Event.record,
         "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,

@@ -340,7 +340,11 @@ class JudgeSession:
                                   log_tail=self._log_tail())
         if hello.get("event") != "ready":
             return self._death_outcome("start-up")
+        t_wait = time.monotonic()
         with self.gpu_lock():
+            # Waiting for other verdicts' timed phases is not the submission's time: without this, a
+            # busy GPU would turn honest submissions into timeouts.
+            self.deadline += time.monotonic() - t_wait
             return self._calls(hello, worker_start_s)
 
     def _calls(self, hello: dict, worker_start_s: float) -> SessionOutcome:
