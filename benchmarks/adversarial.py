@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from kernelflow.eval import EvalConfig, Evaluator, Status
-from tests.eval.test_adversarial import DEFAULT_TIMEOUT_S, FIXTURES, HANG_TIMEOUT_S
+from tests.eval.test_adversarial import DEFAULT_TIMEOUT_S, FIXTURES, FULL_SHAPE_ON_CUDA, HANG_TIMEOUT_S
 from tests.eval.test_static_checks import HONEST_RELU
 
 
@@ -49,6 +49,10 @@ def main() -> int:
         control = ev.evaluate("19_ReLU", HONEST_RELU)
         expected = fixture.expect[args.backend]
         passed = v.status == expected and v.reward == 0 and control.status == Status.OK
+        if args.backend == "cuda" and fixture.name in FULL_SHAPE_ON_CUDA:  # their hack is about the real sizes
+            full = evaluator(fixture.static_checks, 300.0).evaluate(fixture.task_id, fixture.source, shape="full")
+            passed = passed and full.status == expected and full.reward == 0
+            v = full if full.status != expected else v
         return {"fixture": fixture.name, "task": fixture.task_id, "expected": expected, "got": v.status,
                 "reward": v.reward, "control": control.status, "passed": passed, "wall_s": round(time.monotonic() - t0, 1),
                 "feedback": v.feedback[:600], "control_feedback": "" if control.status == Status.OK else control.feedback[:600]}

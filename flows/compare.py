@@ -1,10 +1,12 @@
 """`python -m flows.compare --experiment NAME`: compare the seeds of one MLflow experiment, before vs after training.
 
 Every parent run of the experiment (one per seed, e.g. from `python -m flows.experiment -m
-trainer.seed=42,43,44 tracking.experiment=NAME`) already carries per-task metrics of both greedy
+seed=42,43,44 tracking.experiment=NAME`) already carries per-task metrics of both greedy
 evaluations, `baseline_eval/<task>/<key>` and `trained_eval/<task>/<key>` (keys: `results.OUTCOME_KEYS`,
-logged by `stages.eval_stage` through `Tracker.log_metrics`), and its config as params (`tasks.train`,
-`trainer.seed`, ...). This module reads them back and writes `<out>/`:
+logged by `stages.eval_stage` through `Tracker.log_metrics`), of the sampled evaluations when the run
+made them (`baseline_sampled/<task>/samples`, `samples_correct`, ...: `results.SAMPLE_KEYS`, logged by
+`stages.sampled_eval_stage`), and its config as params (`tasks.train`, ..., `tasks.families`,
+`trainer.seed`). This module reads them back and writes `<out>/`:
 
     compare.md            the tables below, plots linked
     comparison.json       every number of the tables (estimates, interval bounds, per-seed values)
@@ -16,9 +18,9 @@ Tables: runs used; per-group and per-task success (first attempt and by the seco
 after and after - before, each a mean over seeds with a percentile bootstrap interval over seeds
 (paired by seed for the difference); fast_p for p in {0, 1, 1.2} against eager and, where verdicts
 carry `speedup_vs_compile`, against torch.compile; the mean roofline fraction of correct kernels;
-pass@k and avg@n where a run logged sampled evaluations (`<stage>/<task>/samples` and
-`samples_correct`; the flow does not produce them yet, see docs/compare.md). The statistics are
-`flows/statistics.py`'s. Runs whose result settings differ beyond the seed are listed as a warning.
+where runs made sampled evaluations, pass@k (unbiased) and avg@n overall and per group, from the
+first attempt and by the second. The statistics are `flows/statistics.py`'s. Runs whose result
+settings differ beyond the seed are listed as a warning.
 
 The command runs as a Prefect flow (`compare_flow`: load-runs -> write-comparison) so it shows in
 the Prefect UI beside the experiments; `compare(...)` is the same work without Prefect. This module
@@ -38,14 +40,14 @@ from pathlib import Path
 from typing import Any
 
 from flows import statistics
-from flows.results import FAST_P, OUTCOME_KEYS
+from flows.results import FAST_P, OUTCOME_KEYS, SAMPLE_KEYS, SAMPLED_STAGES, sampled_rates
 from flows.tracking import RUN_TAG
 
 STAGES = ("baseline_eval", "trained_eval")
 STAGE_LABELS = {"baseline_eval": "before", "trained_eval": "after"}
 GROUPS = ("train", "reserved", "heldout")
+OPTIONAL_GROUPS = ("families",)  # read when a run's params name tasks in them
 COMPILE_KEY = "speedup_vs_compile"  # per task, when the evaluator timed torch.compile (not yet: issue 9)
-SAMPLE_KEYS = ("samples", "samples_correct")  # per task, when a sampled evaluation ran (not yet: docs/compare.md)
 SEED_PARAM = "trainer.seed"
 SUCCESS = (("turn1_correct", "first attempt"), ("turn2_correct", "by 2nd attempt"))
 
@@ -66,8 +68,9 @@ class SeedRun:
         out = {}
         for tid in tasks:
             row: dict[str, float | None] = {}
-            for key in (*OUTCOME_KEYS, COMPILE_KEY, *SAMPLE_KEYS):
-                v = self.metrics.get(f"{stage}/{tid}/{key}")
+            keys = [(stage, k) for k in (*OUTCOME_KEYS, COMPILE_KEY)] + [(SAMPLED_STAGES[stage], k) for k in SAMPLE_KEYS]
+            for prefix, key in keys:
+                v = self.metrics.get(f"{prefix}/{tid}/{key}")
                 row[key] = None if v is None or math.isnan(v) else float(v)
             out[tid] = row
         return out
@@ -123,7 +126,12 @@ def task_groups(runs: Sequence[SeedRun]) -> dict[str, tuple[str, ...]]:
     """Task ids by group from the runs' params (the first run that has them); else every task in the metrics."""
     for run in runs:
         if all(f"tasks.{g}" in run.params for g in GROUPS):
-            return {g: tuple(ast.literal_eval(run.params[f"tasks.{g}"])) for g in GROUPS}
+            groups = {g: tuple(ast.literal_eval(run.params[f"tasks.{g}"])) for g in GROUPS}
+            for g in OPTIONAL_GROUPS:
+                ids = tuple(ast.literal_eval(run.params.get(f"tasks.{g}", "[]")))
+                if ids:
+                    groups[g] = ids
+            return groups
     tasks = sorted({k.split("/")[1] for r in runs for k in r.metrics
                     if k.startswith(STAGES) and k.endswith("/turn2_correct") and k.count("/") == 2})
     return {"all": tuple(tasks)}
@@ -165,25 +173,13 @@ def per_seed(runs: Sequence[SeedRun], groups: Mapping[str, Sequence[str]]) -> di
                 row[f"fast_{p:g}/eager"] = statistics.fast_p(present, p, "speedup_vs_eager")
                 row[f"fast_{p:g}/compile"] = statistics.fast_p(present, p, COMPILE_KEY) if compiled else None
             row["roofline_fraction"] = _mean([o["roofline_fraction"] for o in present if o["turn2_correct"]])
-            sampled = {t: (int(o["samples"]), int(o["samples_correct"])) for t, o in outs.items()
-                       if o["samples"] is not None and o["samples_correct"] is not None and o["samples"] >= 1}
-            if sampled:
-                n_min = min(n for n, _ in sampled.values())
-                for k in _ks(n_min):
-                    row[f"pass@{k}"] = statistics.mean_pass_at_k(sampled, k)
-                row["avg@n"] = _mean([statistics.avg_at_n(n, c) for n, c in sampled.values()])
+            for group, ids in {**groups, "overall": tuple(tasks)}.items():
+                for key, value in sampled_rates(outs, ids).items():  # pass_at_<k>, avg_at_n (and /by_2nd)
+                    row[f"sampled/{group}/{key}"] = value
             rows.append(row)
         keys = sorted({k for row in rows for k in row})
         out[stage] = {k: [row.get(k) for row in rows] for k in keys}  # a run without a metric: None
     return out
-
-
-def _ks(n: int) -> list[int]:
-    ks, k = [], 1
-    while k <= n:
-        ks.append(k)
-        k *= 2
-    return sorted(set(ks) | {n})
 
 
 def summarise(series: Mapping[str, Mapping[str, list[float | None]]], resamples: int, level: float,
@@ -222,6 +218,8 @@ def compare(runs: Sequence[SeedRun], out: Path, experiment: str = "", resamples:
         "groups": {g: list(ids) for g, ids in groups.items()},
         "config_differences": config_differences(used),
         "tiny": any(r.params.get("model.source") == "tiny" for r in used),
+        "policy_sources": sorted({r.params.get("model.source", "?") for r in used}),
+        "sft": any(r.params.get("model.source") == "sft" for r in used),
         "metrics": stats,
     }
     (out / "comparison.json").write_text(json.dumps(numbers, indent=2, sort_keys=True, default=str) + "\n")
@@ -264,6 +262,13 @@ def render(numbers: Mapping[str, Any]) -> str:
     if numbers.get("tiny"):
         lines += ["**These runs' policy is the tiny random model** (the smoke preset): it writes no working kernels, "
                   "so every number below is expected to be zero; the comparison checks the pipeline, not the method.", ""]
+    if numbers.get("sft"):
+        lines += ["**These runs' policy is the synthetic SFT policy** (the smoke and learnability presets, "
+                  "docs/learnability.md): a small model pre-trained here; the comparison shows whether the loop "
+                  "learns, nothing about any real model.", ""]
+    if "sft" in numbers.get("policy_sources", []):
+        lines += ["**These runs' policy is a small model pre-trained here on a synthetic corpus** (`model.source=sft`): "
+                  "its numbers show whether the loop learns, nothing about any real model.", ""]
     if numbers["config_differences"]:
         lines += [f"**Warning**: the runs differ in settings other than the seed: {', '.join(numbers['config_differences'])}. "
                   "The comparison mixes those configurations.", ""]
@@ -299,13 +304,27 @@ def render(numbers: Mapping[str, Any]) -> str:
     lines += ["", "![fast_p](fast_p.png)", "", "## Roofline fraction", "",
               "Mean roofline fraction (t_min / t_kernel) of the correct kernels of a run; — where no run has one.", "",
               head, _row("mean roofline fraction", stats.get("roofline_fraction"), len(seeds)), "", "## Sampled evaluation", ""]
-    sampled = sorted((k for k in stats if k.startswith("pass@")), key=lambda k: int(k.split("@")[1]))
-    if sampled:
-        lines += ["Unbiased pass@k (1 − C(n−c, k)/C(n, k)) and avg@n (c/n), averaged over tasks per seed.", "", head]
-        lines += [_row(k, stats[k], len(seeds)) for k in (*sampled, "avg@n") if k in stats]
-    else:
-        lines.append("No run logged sampled evaluations (`<stage>/<task>/samples`), so pass@k and avg@n are absent.")
+    lines += _sampled_lines(stats, groups, head, len(seeds))
     return "\n".join(lines) + "\n"
+
+
+def _sampled_lines(stats: Mapping[str, Any], groups: Mapping[str, Sequence[str]], head: str, seeds: int) -> list[str]:
+    overall = [k for k in stats if k.startswith("sampled/overall/pass_at_") and not k.endswith("/by_2nd")]
+    if not overall:
+        return ["No run logged sampled evaluations (`baseline_sampled/<task>/samples`: run with `evaluation.samples=N`), "
+                "so pass@k and avg@n are absent."]
+    ks = sorted(int(k.rsplit("_", 1)[1]) for k in overall)
+    lines = ["Unbiased pass@k (1 − C(n−c, k)/C(n, k)) and avg@n (c/n), averaged over tasks per seed; c counts "
+             "the episodes whose first attempt is correct, or (`by 2nd`) correct by the second attempt. k runs over "
+             "powers of two up to the smallest n, and n.", "", "All tasks:", "", head]
+    for suffix, label in (("", ""), ("/by_2nd", " by 2nd")):
+        lines += [_row(f"pass@{k}{label}", stats.get(f"sampled/overall/pass_at_{k}{suffix}"), seeds) for k in ks]
+        lines.append(_row(f"avg@n{label}", stats.get(f"sampled/overall/avg_at_n{suffix}"), seeds))
+    lines += ["", "Per group (first attempt):", "", head]
+    for g in groups:
+        lines.append(_row(f"{g}: pass@1", stats.get(f"sampled/{g}/pass_at_1"), seeds))
+        lines.append(_row(f"{g}: pass@{ks[-1]}", stats.get(f"sampled/{g}/pass_at_{ks[-1]}"), seeds))
+    return lines
 
 
 def _plots(stats: Mapping[str, Any], groups: Mapping[str, Sequence[str]], out: Path) -> None:

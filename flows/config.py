@@ -12,7 +12,8 @@ Groups and what they become:
     trainer    -> kernelflow.train.TrainerConfig       (policy, lora, max_turns and env_shape are filled in here)
     eval       -> kernelflow.eval.EvalConfig           how a submission is judged, incl. the reward constants
     env        -> EnvAccess: embedded server settings (kernelflow.env.EnvServerConfig) or a remote url + token
-    tasks      -> TaskGroups                           train / reserved / held-out task ids
+    tasks      -> TaskGroups                           train / reserved / held-out (+ families) task ids, by role
+    evaluation -> kernelflow.train.SampledEvalSettings sampled evaluation (n per task at temperature T); off by default
     validation -> ValidationConfig                     extra-seed re-judging of solved tasks
     tracking   -> TrackingConfig                       MLflow store and where runs live
 
@@ -37,8 +38,9 @@ from flows.schema import ConfigError, build, mirror
 from kernelflow.env.config import EnvServerConfig
 from kernelflow.env.models import TOKEN_ENV_VAR
 from kernelflow.eval import EvalConfig
-from kernelflow.tasks import KERNELBENCH_REVISION, TASKS, task_ids
+from kernelflow.tasks import FAMILY_GROUPS, FAMILY_ROLES, FAMILY_TASKS, KERNELBENCH_REVISION, TASKS, family_task_ids, task_ids
 from kernelflow.train import LoraSettings, PolicyConfig, TrainerConfig
+from kernelflow.train.evaluation import SampledEvalSettings
 
 SCHEMA_NAME = "experiment_schema"
 # Trainer fields that are not set in the trainer group: the policy and adapter have their own
@@ -47,19 +49,53 @@ TRAINER_FIXED = ("policy", "lora", "max_turns", "env_shape")
 REDACTED = "<redacted>"
 
 
+# The role of each group in an experiment (the report and the plan state them).
+ROLES = {
+    "train": "trained on, then evaluated",
+    "reserved": "never trained on; for selecting a checkpoint (near transfer)",
+    "heldout": "never trained on; evaluated only (far transfer)",
+    "families": "never trained on; evaluated only: operator families absent from the pilot",
+}
+ALL_FAMILIES = "all"  # in `tasks.families`: every task of kernelflow.tasks.families
+
+
 @dataclass(frozen=True)
 class TaskGroups:
-    """Task ids by role. Training uses `train`; both greedy evaluations use all three groups."""
+    """Task ids by role (`ROLES`). Training uses `train`; both evaluations use every group.
+
+    `families` holds second-tier tasks (kernelflow.tasks.families). It may name task ids, family
+    groups (`normalization`, ...) or `all`; names are resolved here into task ids in suite order, so a
+    task added to the families suite joins `tasks=families` without a YAML edit (and, being part of
+    the resolved config, gives the run a new config hash).
+    """
 
     train: tuple[str, ...] = tuple(task_ids("train"))
     reserved: tuple[str, ...] = tuple(task_ids("reserved"))
     heldout: tuple[str, ...] = tuple(task_ids("heldout"))
+    families: tuple[str, ...] = ()
     # The KernelBench commit the task ids and reference modules come from. The suite in
     # kernelflow/tasks is pinned to one; stating it here makes a run fail if that ever changes.
     kernelbench_revision: str = KERNELBENCH_REVISION
 
     def __post_init__(self) -> None:
         problems = []
+        resolved: list[str] = []
+        for name in self.families:
+            if name == ALL_FAMILIES:
+                resolved += family_task_ids()
+            elif name in FAMILY_GROUPS:
+                resolved += family_task_ids(name)
+            elif name in FAMILY_TASKS:
+                resolved.append(name)
+            else:
+                problems.append(f"families: unknown name {name!r} (give {ALL_FAMILIES!r}, a family group of "
+                                f"{FAMILY_GROUPS}, or a family task id: {', '.join(FAMILY_TASKS)})")
+        object.__setattr__(self, "families", tuple(dict.fromkeys(resolved)))
+        for tid in self.families:  # the suite states each family's role; this group is for evaluated-only tasks
+            role = FAMILY_ROLES.get(FAMILY_TASKS[tid].group)
+            if role != "evaluated only":
+                problems.append(f"families: {tid} has the role {role!r} in kernelflow.tasks.FAMILY_ROLES, but this "
+                                "group is evaluated only; leave it out")
         if self.kernelbench_revision != KERNELBENCH_REVISION:
             problems.append(
                 f"kernelbench_revision={self.kernelbench_revision!r}, but the installed task suite is KernelBench "
@@ -68,10 +104,11 @@ class TaskGroups:
         if not self.train:
             problems.append("train is empty (name at least one task id to train on)")
         seen: dict[str, str] = {}
-        for group in ("train", "reserved", "heldout"):
+        for group in ("train", "reserved", "heldout", "families"):
             for tid in getattr(self, group):
-                if tid not in TASKS:
-                    problems.append(f"{group}: unknown task id {tid!r} (known: {', '.join(TASKS)})")
+                if group != "families" and tid not in TASKS:
+                    hint = " (a family task belongs in `families`: it is evaluated only)" if tid in FAMILY_TASKS else ""
+                    problems.append(f"{group}: unknown task id {tid!r}{hint} (known: {', '.join(TASKS)})")
                 elif tid in seen:
                     problems.append(f"{tid} is in both {seen[tid]} and {group} (a task has one role)")
                 seen[tid] = group
@@ -80,12 +117,24 @@ class TaskGroups:
 
     @property
     def groups(self) -> dict[str, tuple[str, ...]]:
-        return {"train": self.train, "reserved": self.reserved, "heldout": self.heldout}
+        """The experiment's groups in order; `families` only when it holds tasks."""
+        groups = {"train": self.train, "reserved": self.reserved, "heldout": self.heldout}
+        if self.families:
+            groups["families"] = self.families
+        return groups
+
+    @property
+    def roles(self) -> dict[str, str]:
+        """Each group's role; a families role names the families it holds (kernelflow.tasks.FAMILY_ROLES)."""
+        out = {g: ROLES[g] for g in self.groups}
+        if self.families:
+            out["families"] += f" ({', '.join(dict.fromkeys(FAMILY_TASKS[t].group for t in self.families))})"
+        return out
 
     @property
     def all(self) -> tuple[str, ...]:
-        """Every task of the experiment, in group order (what both greedy evaluations cover)."""
-        return self.train + self.reserved + self.heldout
+        """Every task of the experiment, in group order (what both evaluations cover)."""
+        return self.train + self.reserved + self.heldout + self.families
 
     def group_of(self, task_id: str) -> str:
         for group, ids in self.groups.items():
@@ -160,6 +209,7 @@ class ExperimentConfig:
     validation: ValidationConfig
     tracking: TrackingConfig
     dry_run: bool = False
+    evaluation: SampledEvalSettings = field(default_factory=SampledEvalSettings)
 
     @property
     def model(self) -> PolicyConfig:
@@ -171,8 +221,19 @@ class ExperimentConfig:
 
     @property
     def is_tiny(self) -> bool:
-        """A tiny random policy (the smoke preset): its numbers say nothing about any real model."""
-        return self.model.source == "tiny"
+        """A policy built here, not a real model (the tiny random one, or the synthetic SFT policy of the
+        smoke and learnability presets): its numbers say nothing about any real model."""
+        return self.model.source in ("tiny", "sft")
+
+    @property
+    def policy_note(self) -> str | None:
+        """What a policy built here is, for the log, the plan and the report; None for a real model."""
+        if self.model.source == "tiny":
+            return "a tiny random model: it writes no working kernels, so its numbers are zero"
+        if self.model.source == "sft":
+            return ("a small model pre-trained here on a synthetic corpus (docs/learnability.md): it writes real "
+                    "kernels, some wrong on purpose; its numbers show whether the loop learns, nothing about a real model")
+        return None
 
 
 # env.url has no default in the schema: every env option says it (embedded: null), and env=remote
@@ -187,6 +248,7 @@ EnvNode = mirror(EnvServerConfig, exclude=("eval",), extra=_ENV_EXTRA)
 TasksNode = mirror(TaskGroups)
 ValidationNode = mirror(ValidationConfig)
 TrackingNode = mirror(TrackingConfig)
+EvaluationNode = mirror(SampledEvalSettings)
 
 
 @dataclass
@@ -204,6 +266,8 @@ class ExperimentSchema:
     tasks: TasksNode = field(default_factory=TasksNode)
     validation: ValidationNode = field(default_factory=ValidationNode)
     tracking: TrackingNode = field(default_factory=TrackingNode)
+    # Sampled evaluation after each greedy one (stages baseline_sampled / trained_sampled); samples: 0 = off.
+    evaluation: EvaluationNode = field(default_factory=EvaluationNode)
 
 
 def register() -> None:
@@ -247,6 +311,12 @@ def to_experiment_config(cfg: DictConfig | dict) -> ExperimentConfig:
             f"trainer.eval_attempts={trainer.eval_attempts} > env.max_turns={server.max_turns}: an episode "
             "cannot hold more attempts than turns; lower eval_attempts or raise max_turns"
         )
+    sampled = build(SampledEvalSettings, data.get("evaluation", {}), "evaluation")
+    if sampled.attempts is not None and sampled.attempts > server.max_turns:
+        raise ConfigError(
+            f"evaluation.attempts={sampled.attempts} > env.max_turns={server.max_turns}: an episode cannot hold "
+            "more attempts than turns; lower evaluation.attempts (or null for trainer.eval_attempts)"
+        )
     if url is not None and not str(url).startswith(("http://", "https://", "ws://", "wss://")):
         raise ConfigError(f"env.url={url!r} is not a URL; give e.g. http://gpu-host:8000, or null for an embedded server")
     if not startup or startup <= 0:
@@ -260,6 +330,7 @@ def to_experiment_config(cfg: DictConfig | dict) -> ExperimentConfig:
         validation=build(ValidationConfig, data.get("validation", {}), "validation"),
         tracking=build(TrackingConfig, data.get("tracking", {}), "tracking"),
         dry_run=bool(data.get("dry_run", False)),
+        evaluation=sampled,
     )
 
 
@@ -294,6 +365,7 @@ def to_container(config: ExperimentConfig, redact: bool = True) -> dict[str, Any
         "tasks": dataclasses.asdict(config.tasks),
         "validation": dataclasses.asdict(config.validation),
         "tracking": dataclasses.asdict(config.tracking),
+        "evaluation": dataclasses.asdict(config.evaluation),
     }
     return _lists(out)
 

@@ -1,6 +1,7 @@
 """`python -m flows.experiment [overrides]`: compose the config with Hydra and run the experiment as one Prefect flow.
 
-    provenance -> baseline_eval -> epoch-1 .. epoch-N -> trained_eval -> seed_validation -> report
+    provenance -> baseline_eval [-> baseline_sampled] -> epoch-1 .. epoch-N -> trained_eval [-> trained_sampled]
+        -> seed_validation -> report                 ([..]: with evaluation.samples > 0)
 
 Each arrow is a Prefect task (stages.py), so the Prefect UI shows the stages as they run; each stage
 is also a nested MLflow run under the run's parent (tracking.py). The flow starts an embedded
@@ -31,9 +32,18 @@ from prefect import flow
 from flows.config import REDACTED, ExperimentConfig, from_parameters, register, to_container, to_experiment_config
 from flows.endpoint import open_endpoint
 from flows.plan import render_plan, stages
+from flows.results import SAMPLED_STAGES
 from flows.run_dir import COMPLETED, RUNNING, RunDir, run_name, runs_root
 from flows.schema import ConfigError
-from flows.stages import RunContext, epoch_stage, eval_stage, provenance_stage, report_stage, validation_stage
+from flows.stages import (
+    RunContext,
+    epoch_stage,
+    eval_stage,
+    provenance_stage,
+    report_stage,
+    sampled_eval_stage,
+    validation_stage,
+)
 from flows.tracking import Tracker, describe
 from kernelflow.env.models import TOKEN_ENV_VAR
 
@@ -54,8 +64,8 @@ def experiment_flow(config: dict[str, Any], overrides: list[str] | None = None) 
         (run.path / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(config)))
         (run.path / "overrides.json").write_text(json.dumps(list(overrides or [])) + "\n")
         print(f"run {run.path} (attempt {state['attempts']})" + ("; resuming" if state["stages"] else ""))
-        if cfg.is_tiny:
-            print("note: this experiment's policy is a tiny random model; it writes no working kernels")
+        if cfg.policy_note:
+            print(f"note: this experiment's policy is {cfg.policy_note}")
         try:
             tracker = Tracker(cfg, run)
         except Exception as exc:
@@ -71,9 +81,13 @@ def experiment_flow(config: dict[str, Any], overrides: list[str] | None = None) 
                 ctx.endpoint = endpoint
                 provenance_stage(ctx)
                 eval_stage(ctx, "baseline_eval")
+                if cfg.evaluation.enabled:
+                    sampled_eval_stage(ctx, SAMPLED_STAGES["baseline_eval"])
                 for epoch in range(1, cfg.trainer.epochs + 1):
                     epoch_stage(ctx, epoch)
                 eval_stage(ctx, "trained_eval")
+                if cfg.evaluation.enabled:
+                    sampled_eval_stage(ctx, SAMPLED_STAGES["trained_eval"])
                 if cfg.validation.extra_seeds:
                     validation_stage(ctx)
                 report_stage(ctx)
@@ -136,8 +150,8 @@ def main(cfg: DictConfig) -> None:
     finally:
         # Prefect's exit-time INFO lines (stopping its temporary server) would follow the final line.
         logging.getLogger("prefect").setLevel(logging.WARNING)
-    if config.is_tiny:
-        print("note: the policy of this run is a tiny random model: its numbers say nothing about any real model")
+    if config.policy_note:
+        print(f"note: the policy of this run is {config.policy_note}")
     print(f"kernelflow: run complete: {out['run_dir']} ; report: {out['report']} ; MLflow: {out['mlflow']}")
 
 

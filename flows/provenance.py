@@ -21,7 +21,7 @@ from typing import Any
 
 from flows.config import ExperimentConfig
 from kernelflow.eval import EVALUATOR_VERSION
-from kernelflow.tasks import KERNELBENCH_REVISION, suite_hash
+from kernelflow.tasks import KERNELBENCH_REVISION, families_hash, suite_hash
 
 PACKAGES = (
     "kernelflow", "torch", "triton", "transformers", "peft", "trl", "openenv", "hydra-core", "omegaconf",
@@ -83,13 +83,18 @@ def collect(config: ExperimentConfig, run_hash: str, server_info: dict[str, Any]
         "config.hash": run_hash,
         "experiment.name": config.name,
         "tasks.suite_hash": suite_hash(),
+        # the second-tier suite's metadata (tolerances, shapes, references), when the run evaluates any of it
+        "tasks.families_hash": families_hash() if config.tasks.families else "none",
         "tasks.kernelbench_revision": KERNELBENCH_REVISION,
         "python": f"{platform.python_implementation()} {sys.version.split()[0]}",
         "platform": platform.platform(),
-        "model.id": model.model if model.source != "tiny" else "tiny (random weights, built locally)",
+        "model.id": {"tiny": "tiny (random weights, built locally)",
+                     "sft": "sft (pre-trained locally on the synthetic corpus, kernelflow/train/sft.py)"}.get(
+                         model.source, model.model),
         "model.revision": model.revision or "n/a",
         "model.source": model.source,
-        "policy.is_tiny_random": str(config.is_tiny).lower(),
+        "policy.is_tiny_random": str(model.source == "tiny").lower(),
+        "policy.built_here": str(config.is_tiny).lower(),  # tiny random or synthetic SFT: not a real model
         "seed.trainer": str(trainer.seed),
         "seed.env": str(trainer.env_seed),
         "seed.eval_inputs": str(config.eval.seed_list()),

@@ -8,9 +8,11 @@ results.json, each epoch's updates.json, validation.json) and writes `<run>/repo
     per_task_before_after.png   each task's best greedy reward before and after training
     tasks.csv                   the per-task table
 
-Tables: the pilot's (task group x before/after correct counts, plus the overall first-turn row), a
-per-task table (statuses, reward, runtime, roofline fraction, speedup vs eager, extra seeds), and
-fast_p for p in {0, 1, 1.2}. A run whose policy is the tiny random model says so at the top.
+Tables: the pilot's (task group x before/after correct counts, plus the overall first-turn row) with
+each group's role, a per-task table (statuses, reward, runtime, roofline fraction, speedup vs eager,
+extra seeds), fast_p for p in {0, 1, 1.2}, and, when the run made sampled evaluations
+(`baseline_sampled`, `trained_sampled`), pass@k and avg@n per group and c/n per task, before and
+after. A run whose policy is built here (the tiny random model, the synthetic SFT policy) says so at the top.
 `publish_prefect` shows the same report in the Prefect UI (a markdown and a table artifact).
 This module reads files and renders; it computes no rewards and logs nothing to MLflow.
 """
@@ -32,7 +34,12 @@ TINY_WARNING = (
     "kernels, so every count below is expected to be zero. The run checks that the pipeline works end to end; "
     "its numbers say nothing about any real model."
 )
-GROUP_LABELS = {"train": "train", "reserved": "reserved", "heldout": "held-out"}
+SFT_WARNING = (
+    "**This run's policy is a small model pre-trained here on a synthetic corpus** (kernelflow/train/sft.py, "
+    "docs/learnability.md): it writes real kernels, some wrong on purpose, so the counts below show whether the "
+    "loop learns from the environment's verdicts. They say nothing about any real model."
+)
+GROUP_LABELS = {"train": "train", "reserved": "reserved", "heldout": "held-out", "families": "families"}
 
 
 @dataclass
@@ -88,6 +95,49 @@ def task_rows(config: ExperimentConfig, before: dict, after: dict, validation: d
     return rows
 
 
+def sampled_section(config: ExperimentConfig, before: dict, after: dict) -> tuple[list[str], dict[str, float]]:
+    """Markdown lines and metrics of the sampled evaluations (`results.sample_outcomes` of each stage)."""
+    groups = {**config.tasks.groups, "overall": config.tasks.all}
+    rates = {side: {g: results.sampled_rates(outs, ids) for g, ids in groups.items()}
+             for side, outs in (("before", before), ("after", after))}
+    ns = [int(o["samples"]) for o in (*before.values(), *after.values()) if o.get("samples")]
+    if not ns:
+        return [], {}
+    n = min(ns)
+    ks = [k for k in results.pass_ks(n) if k in (1, n)]
+    s = config.evaluation
+    lines = ["", f"## Sampled evaluation ({n} episode(s) per task at T {s.temperature}, top_p {s.top_p})", "",
+             "Unbiased pass@k (1 − C(n−c, k)/C(n, k), mean over the group's tasks) and avg@n (c/n): c counts the "
+             "episodes whose first attempt is correct; `by 2nd` counts those correct by the second attempt.", "",
+             "| task group | " + " | ".join(f"pass@{k} before | after" for k in ks)
+             + " | avg@n before | after | pass@1 by 2nd before | after |",
+             "|---|" + "---:|---:|" * (len(ks) + 2)]
+    metrics: dict[str, float] = {}
+    for g in groups:
+        b, a = rates["before"][g], rates["after"][g]
+        cells = [f"{_fmt(b.get(f'pass_at_{k}'), 2)} | {_fmt(a.get(f'pass_at_{k}'), 2)}" for k in ks]
+        cells += [f"{_fmt(b.get('avg_at_n'), 2)} | {_fmt(a.get('avg_at_n'), 2)}",
+                  f"{_fmt(b.get('pass_at_1/by_2nd'), 2)} | {_fmt(a.get('pass_at_1/by_2nd'), 2)}"]
+        label = "**overall**" if g == "overall" else GROUP_LABELS.get(g, g)
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        for side, r in (("before", b), ("after", a)):
+            for key in ("pass_at_1", "avg_at_n"):
+                if r.get(key) is not None:
+                    metrics[f"report/sampled/{g}/{key}/{side}"] = float(r[key])
+    lines += ["", "| task | group | correct first, before | after | correct by 2nd, before | after |",
+              "|---|---|---:|---:|---:|---:|"]
+    for tid in config.tasks.all:
+        b, a = before.get(tid, {}), after.get(tid, {})
+
+        def frac(o: dict, key: str) -> str:
+            return f"{o[key]}/{o['samples']}" if o.get("samples") else "—"
+
+        lines.append(f"| {tid} | {GROUP_LABELS.get(config.tasks.group_of(tid), '')} | {frac(b, 'samples_correct')} | "
+                     f"{frac(a, 'samples_correct')} | {frac(b, 'samples_turn2_correct')} | "
+                     f"{frac(a, 'samples_turn2_correct')} |")
+    return lines, metrics
+
+
 def plot_rewards(updates: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -140,6 +190,8 @@ def write_report(run: RunDir, config: ExperimentConfig, mlflow_run: str = "") ->
     for epoch in range(1, config.trainer.epochs + 1):
         updates += _load(run.path / f"epoch-{epoch}" / "updates.json", [])
     provenance = _load(run.path / "provenance" / "provenance.json", {})
+    sampled_before = results.sample_outcomes(_load(run.path / results.SAMPLED_STAGES["baseline_eval"] / "results.json", []))
+    sampled_after = results.sample_outcomes(_load(run.path / results.SAMPLED_STAGES["trained_eval"] / "results.json", []))
     out = run.report_dir
     rows = task_rows(config, before, after, validation)
     if updates:
@@ -151,10 +203,13 @@ def write_report(run: RunDir, config: ExperimentConfig, mlflow_run: str = "") ->
         writer.writerows(rows)
 
     m = config.model
-    model = f"{m.model} @ {m.revision}" if m.source == "hub" else ("tiny random model" if m.source == "tiny" else m.model)
+    model = {"hub": f"{m.model} @ {m.revision}", "tiny": "tiny random model",
+             "sft": "SFT policy (synthetic corpus)"}.get(m.source, m.model)
     lines = [f"# kernelflow report: {run.path.name}", ""]
-    if config.is_tiny:
+    if m.source == "tiny":
         lines += [f"> {TINY_WARNING}", ""]
+    elif m.source == "sft":
+        lines += [f"> {SFT_WARNING}", ""]
     lines += [
         f"- policy: {model} + LoRA r{config.lora.r} alpha {config.lora.alpha}; {config.trainer.estimator}, "
         f"{config.trainer.epochs} epoch(s), group {config.trainer.group_size}, T {config.trainer.temperature}, "
@@ -168,6 +223,8 @@ def write_report(run: RunDir, config: ExperimentConfig, mlflow_run: str = "") ->
         lines.append(f"- MLflow: {mlflow_run}")
     lines += ["", "## Correct tasks before and after training (greedy, two attempts)", ""]
     lines += pilot_table(before, after, config.tasks.groups)
+    lines += ["", "Roles: " + "; ".join(f"**{GROUP_LABELS.get(g, g)}**: {role}" for g, role in config.tasks.roles.items())
+              + "."]
     lines += ["", "## Per task (after training: the first correct attempt's numbers)", "",
               "| task | group | before | after | reward before | reward after | runtime ms | roofline fraction "
               "| speedup vs eager | extra seeds |",
@@ -187,6 +244,9 @@ def write_report(run: RunDir, config: ExperimentConfig, mlflow_run: str = "") ->
         lines.append(f"| {p:g} | {fb:.2f} | {fa:.2f} |")
     if config.eval.backend == "interpret":
         lines += ["", "The interpreter backend does not time kernels: runtimes are missing and fast_p for p > 0 is 0."]
+    sampled_lines, sampled_metrics = sampled_section(config, sampled_before, sampled_after)
+    lines += sampled_lines
+    metrics.update(sampled_metrics)
     if validation:
         lines += ["", "## Extra-seed validation", "",
                   f"Every task solved after training was re-judged on {len(validation['seeds'])} extra seed(s) "

@@ -37,6 +37,8 @@ NON_RESULT_KEYS = (
     "dry_run", "tracking.", "env.url", "env.token", "env.startup_timeout_s", "env.max_sessions",
     "env.session_timeout_s", "eval.max_workers", "eval.cache_dir", "eval.device_index", "model.cache_dir",
     "model.device", "trainer.message_timeout_s",
+    # how many processes (GPUs) share each group's rollouts: the protocol and update are the same
+    "trainer.data_parallel.",
     # where evaluations run (local pool or Ray actors) never changes a verdict
     "env.eval_backend", "env.ray.",
     # evaluator speed settings change how fast a verdict comes, never what it says

@@ -1,4 +1,5 @@
-"""The experiment's stages as Prefect tasks: provenance, greedy evaluation, a training epoch, validation, report.
+"""The experiment's stages as Prefect tasks: provenance, greedy and sampled evaluation, a training epoch,
+validation, report.
 
 Each task runs one stage of one run (`RunContext`): it is skipped when the run's state says it is
 complete, and otherwise runs inside its nested MLflow run, writes its files to `<run>/<stage>/`,
@@ -155,6 +156,46 @@ def eval_stage(ctx: RunContext, stage: str) -> dict:
     return run_stage(ctx, stage, body)
 
 
+@task(name="sampled-evaluation", task_run_name="{stage}", cache_policy=NO_CACHE)
+def sampled_eval_stage(ctx: RunContext, stage: str) -> dict:
+    """`evaluation.samples` sampled episodes of every task (pass@k, avg@n): before training, then after.
+
+    Its own stage, after the greedy one, so a failure here never redoes the greedy numbers. It logs
+    per task `<stage>/<task>/samples` (n) and `samples_correct` (c, first attempt) etc. (results.SAMPLE_KEYS),
+    which flows/compare.py reads, and per group `group/<g>/pass_at_<k>` and `avg_at_n`.
+    """
+
+    def body(run_id: str) -> dict:
+        cfg, run, tracker = ctx.config, ctx.run, ctx.tracker
+        loop = ctx.loop()
+        expected = 0 if stage == results.SAMPLED_STAGES["baseline_eval"] else cfg.trainer.epochs
+        if loop.epochs_completed != expected:
+            raise RuntimeError(f"{stage} needs the policy after {expected} epoch(s), but it has {loop.epochs_completed}")
+        ctx.recorder = Recorder(stage)
+        sampled = loop.sample_evaluate(list(cfg.tasks.all), cfg.evaluation, seed=cfg.trainer.env_seed)
+        records = [r.to_dict() for r in sampled]
+        d = run.stage_dir(stage)
+        for r in records:
+            r["group"] = cfg.tasks.group_of(r["task_id"])
+        write_json(d / "results.json", records)
+        counts = ctx.recorder.write(d)
+        outs = results.sample_outcomes(records)
+        metrics: dict[str, float | None] = {}
+        for o in outs.values():
+            metrics.update(results.sample_task_metrics(o))
+        metrics.update(results.sample_summary_metrics(outs, cfg.tasks.groups))
+        tracker.log_metrics(run_id, metrics)
+        tracker.log_metrics(tracker.parent_id, {f"{stage}/{k}": v for k, v in metrics.items()})
+        tracker.log_artifacts(run_id, d, stage)
+        table = {g: results.sampled_rates(outs, ids) for g, ids in {**cfg.tasks.groups, "overall": tuple(outs)}.items()}
+        n = cfg.evaluation.samples
+        print(f"{stage}: {n} sample(s) per task at T {cfg.evaluation.temperature}: " + ", ".join(
+            f"{g} pass@1 {r.get('pass_at_1', 0.0):.2f}, pass@{n} {r.get(f'pass_at_{n}', 0.0):.2f}" for g, r in table.items()))
+        return {"samples": n, "groups": table, **counts}
+
+    return run_stage(ctx, stage, body)
+
+
 @task(name="train-epoch", task_run_name="epoch-{epoch}", cache_policy=NO_CACHE)
 def epoch_stage(ctx: RunContext, epoch: int) -> dict:
     """One training epoch (one update per training task), then a checkpoint."""
@@ -162,13 +203,23 @@ def epoch_stage(ctx: RunContext, epoch: int) -> dict:
 
     def body(run_id: str) -> dict:
         cfg, run, tracker = ctx.config, ctx.run, ctx.tracker
-        loop = ctx.loop()
         ctx.recorder = Recorder(stage)
-        updates = loop.train_epoch(epoch, list(cfg.tasks.train))
-        info = loop.save_checkpoint(run.checkpoint_dir(epoch))
         d = run.stage_dir(stage)
-        write_json(d / "updates.json", [m.to_dict() for m in updates])
-        counts = ctx.recorder.write(d)
+        if cfg.trainer.data_parallel.num_processes > 1:
+            # N training processes (train_job.py) write the same files. The in-process policy is let go
+            # first, so its GPU memory is free; an evaluation stage rebuilds it from the last checkpoint.
+            from flows import train_job
+
+            ctx._loop = None
+            updates, info, counts = train_job.launch(ctx, epoch)
+            total_updates = updates[-1].update
+        else:
+            loop = ctx.loop()
+            updates = loop.train_epoch(epoch, list(cfg.tasks.train))
+            info = loop.save_checkpoint(run.checkpoint_dir(epoch))
+            write_json(d / "updates.json", [m.to_dict() for m in updates])
+            counts = ctx.recorder.write(d)
+            total_updates = loop.updates
         meta = read_json(info.path / "trainer_state.json")
         adapter = provenance.adapter_tags(meta.get("weight_sha256", {}))
         for m in updates:  # logged once the epoch is complete, so a redone epoch never logs a step twice
@@ -182,7 +233,7 @@ def epoch_stage(ctx: RunContext, epoch: int) -> dict:
             tracker.log_artifacts(tracker.parent_id, info.adapter_path, "adapter")
         rewards = [m.reward_mean for m in updates]
         print(f"{stage}: {len(updates)} update(s), mean reward {sum(rewards) / len(rewards):.3f}; checkpoint {info.path}")
-        return {"updates": loop.updates, "checkpoint": str(info.path), "weight_sha256": meta.get("weight_sha256", {}),
+        return {"updates": total_updates, "checkpoint": str(info.path), "weight_sha256": meta.get("weight_sha256", {}),
                 **counts}
 
     return run_stage(ctx, stage, body)

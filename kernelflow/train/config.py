@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
-SOURCES = ("hub", "local", "tiny")
+SOURCES = ("hub", "local", "tiny", "sft")
 DTYPES = ("float32", "bfloat16", "float16")
 ESTIMATORS = ("dr_grpo", "trloo")
 SCHEDULERS = ("constant", "linear", "cosine")
@@ -73,12 +73,73 @@ class TinyModelConfig:
 
 
 @dataclass(frozen=True)
+class SFTSettings:
+    """How source `sft` pre-trains the tiny model: the synthetic corpus (corpus.py) and TRL's SFT run (sft.py).
+
+    The corpus answers each of `tasks` `examples_per_task` times; a share `mistake_rates[i]` of the
+    answers to `tasks[i]` carries one realistic mistake, its kind drawn with `mistake_weights` over
+    (no_mask, formula, grid, arange). The architecture is `PolicyConfig.tiny`'s; its tokenizer is
+    trained on the project's text plus the corpus' answers.
+    """
+
+    tasks: tuple[str, ...] = ("19_ReLU", "20_LeakyReLU", "21_Sigmoid", "22_Tanh")
+    examples_per_task: int = 64
+    # choice: the harder two tasks are mostly answered wrongly, so the SFT policy starts imperfect and
+    # its greedy answer is wrong there: the trainer has something to fix that greedy evaluation shows.
+    mistake_rates: tuple[float, ...] = (0.3, 0.3, 0.6, 0.6)
+    mistake_weights: tuple[float, ...] = (1.0, 4.0, 1.0, 1.0)  # no_mask, formula, grid, arange
+    block_sizes: tuple[int, ...] = (256, 512, 1024, 2048)  # powers of two the correct answers draw from
+    num_warps: tuple[int, ...] = (2, 4, 8)
+    # How many equivalent formulas each task's answers draw from (corpus.py has 2 per task, and 2 wrong
+    # ones): 1 leaves block size and warps as the only variation, which a small model learns in fewer steps.
+    variety: int = 2
+    corpus_seed: int = 0
+    epochs: float = 4.0
+    batch_size: int = 8
+    learning_rate: float = 2e-3  # choice: a from-scratch model of a few million parameters takes a large rate
+    warmup_ratio: float = 0.05
+    max_length: int = 2048  # tokens per example (prompt + answer); longer ones would be cut, so it fails instead
+    seed: int = 0  # the SFT run's data order
+
+    def __post_init__(self) -> None:
+        for name in ("tasks", "mistake_rates", "mistake_weights", "block_sizes", "num_warps"):
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+        p = []
+        if not self.tasks:
+            p.append("tasks is empty (name the task ids the corpus answers)")
+        if len(self.mistake_rates) != len(self.tasks):
+            p.append(f"mistake_rates has {len(self.mistake_rates)} value(s) for {len(self.tasks)} task(s) (give one per task)")
+        if any(not 0.0 <= r <= 1.0 for r in self.mistake_rates):
+            p.append(f"mistake_rates={list(self.mistake_rates)} (each must be in [0, 1])")
+        if len(self.mistake_weights) != 4 or any(w < 0 for w in self.mistake_weights) or not sum(self.mistake_weights) > 0:
+            p.append(f"mistake_weights={list(self.mistake_weights)} (four weights >= 0, for no_mask, formula, grid, "
+                     "arange, not all 0)")
+        bad_blocks = [b for b in self.block_sizes if b < 16 or b & (b - 1)]
+        if not self.block_sizes or bad_blocks:
+            p.append(f"block_sizes={list(self.block_sizes)} (give powers of two >= 16; tl.arange needs them)")
+        if not self.num_warps or any(w not in (1, 2, 4, 8, 16, 32) for w in self.num_warps):
+            p.append(f"num_warps={list(self.num_warps)} (give values among 1, 2, 4, 8, 16, 32)")
+        for name in ("examples_per_task", "batch_size", "max_length", "variety"):
+            if getattr(self, name) < 1:
+                p.append(f"{name}={getattr(self, name)} (must be >= 1)")
+        if not self.epochs > 0:
+            p.append(f"epochs={self.epochs} (must be > 0)")
+        if not self.learning_rate > 0:
+            p.append(f"learning_rate={self.learning_rate} (must be > 0)")
+        if not 0 <= self.warmup_ratio < 1:
+            p.append(f"warmup_ratio={self.warmup_ratio} (must be in [0, 1))")
+        _fail("SFTSettings", p)
+
+
+@dataclass(frozen=True)
 class PolicyConfig:
     """Which causal LM to load, and how.
 
     source: `hub` loads `model` (a hub id) at `revision` (a 40-hex commit, so it is pinned); `local`
     loads the directory `model`; `tiny` builds (or reuses from `cache_dir`) the model `tiny` describes
-    and then loads that directory through the same path as `local`.
+    (random weights) and then loads that directory through the same path as `local`; `sft` does the
+    same with the `tiny` architecture pre-trained on the synthetic corpus as `sft` says (sft.py).
     """
 
     source: str = "hub"
@@ -89,11 +150,14 @@ class PolicyConfig:
     attn_implementation: str = "sdpa"
     gradient_checkpointing: bool = True  # choice: 4 x ~5k-token sequences of a 7B fit with it; costs ~30% update time
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
-    cache_dir: str | None = None  # where tiny models are built; None: ~/.cache/kernelflow/tiny
+    sft: SFTSettings = field(default_factory=SFTSettings)  # used by source `sft` only
+    cache_dir: str | None = None  # where tiny and sft models are built; None: ~/.cache/kernelflow/tiny
 
     def __post_init__(self) -> None:
         if isinstance(self.tiny, dict):  # built from JSON or YAML
             object.__setattr__(self, "tiny", TinyModelConfig(**self.tiny))
+        if isinstance(self.sft, dict):
+            object.__setattr__(self, "sft", SFTSettings(**self.sft))
         p = []
         if self.source not in SOURCES:
             p.append(f"source={self.source!r} (choose one of {SOURCES})")
@@ -141,6 +205,29 @@ class LoraSettings:
 
 
 @dataclass(frozen=True)
+class DataParallelSettings:
+    """Training over several processes, one per GPU (distributed.py): each group's rollouts are split evenly.
+
+    `num_processes` 1 trains in the calling process (the default). N > 1 makes every training epoch a
+    job of N processes (torchrun / accelerate launch); each rank generates and submits group_size / N
+    of every group's rollouts, all ranks compute the group's advantages from the gathered returns, and
+    DDP averages the gradients, so an update equals the single-process update on the same episodes.
+    Where training runs, not what it computes: the run's config hash leaves it out.
+    """
+
+    num_processes: int = 1
+    main_process_port: int | None = None  # the ranks' rendezvous port; None: a free port is picked
+
+    def __post_init__(self) -> None:
+        p = []
+        if self.num_processes < 1:
+            p.append(f"num_processes={self.num_processes} (must be >= 1; 1 trains in the calling process)")
+        if self.main_process_port is not None and not 0 < self.main_process_port < 65536:
+            p.append(f"main_process_port={self.main_process_port} (a TCP port in 1..65535, or null for a free one)")
+        _fail("DataParallelSettings", p)
+
+
+@dataclass(frozen=True)
 class TrainerConfig:
     """The training protocol. One update per task group: G episodes of one task, then one step."""
 
@@ -180,12 +267,15 @@ class TrainerConfig:
     samples_per_update: int = 2  # kernels kept with their verdicts in each update's metrics
     sample_chars: int = 4000
     message_timeout_s: float = 900.0
+    data_parallel: DataParallelSettings = field(default_factory=DataParallelSettings)
 
     def __post_init__(self) -> None:
         if isinstance(self.policy, dict):
             object.__setattr__(self, "policy", PolicyConfig(**self.policy))
         if isinstance(self.lora, dict):
             object.__setattr__(self, "lora", LoraSettings(**self.lora))
+        if isinstance(self.data_parallel, dict):
+            object.__setattr__(self, "data_parallel", DataParallelSettings(**self.data_parallel))
         p = []
         if self.estimator not in ESTIMATORS:
             p.append(f"estimator={self.estimator!r} (choose one of {ESTIMATORS})")
@@ -222,6 +312,13 @@ class TrainerConfig:
             p.append("samples_per_update and sample_chars must be >= 0")
         if not self.message_timeout_s > 0:
             p.append(f"message_timeout_s={self.message_timeout_s} (must be > 0)")
+        n = self.data_parallel.num_processes
+        if n > 1 and self.group_size % n:
+            p.append(
+                f"group_size={self.group_size} is not a multiple of data_parallel.num_processes={n} (each process "
+                f"generates an equal share of every group; use group_size {n * max(1, -(-self.group_size // n))} "
+                f"or num_processes dividing {self.group_size})"
+            )
         _fail("TrainerConfig", p)
 
     @property

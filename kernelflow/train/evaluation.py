@@ -1,14 +1,20 @@
-"""Greedy evaluation: each task answered without sampling, up to two attempts, all tasks in one batch.
+"""Evaluation of a policy against the environment: greedy (one episode per task) and sampled (n per task).
 
-Per task one environment episode: the first answer is generated greedily (do_sample off) from the
-prompt; when it is not correct and the episode allows another turn, the second answer is generated
-greedily after the first answer and its feedback (same token layout as training). Every task's turn
-runs in one generation batch and one concurrent round of submissions. The result keeps every turn's
-verdict, so a report can show first-attempt and after-feedback numbers.
+Per task and episode: the first answer is generated from the prompt; when it is not correct and the
+episode allows another turn, the second answer is generated after the first answer and its feedback
+(same token layout as training). Episodes run in batches of `eval_batch_size`: one generation batch
+and one concurrent round of submissions per turn. Every turn's verdict is kept, so a report can show
+first-attempt and after-feedback numbers.
 
-This is the evaluation the flow runs before and after training (and what the model card reports);
-it does not aggregate across tasks or groups (the flow does) and never touches the evaluator except
-through the environment.
+- `greedy_evaluate`: decoding without sampling, one episode per task: what the flow runs before and
+  after training (and what the model card reports).
+- `sample_evaluate`: `SampledEvalSettings.samples` episodes per task at a temperature, with the same
+  episode structure, so pass@k (the unbiased estimator) and avg@n exist. Generation draws from a
+  torch RNG seeded for the evaluation alone (`fork_rng`), so the same settings draw the same samples
+  and the training RNG is not advanced: a run with a sampled evaluation trains exactly like one without.
+
+This module does not aggregate across tasks or groups or compute pass@k (the flow does) and never
+touches the evaluator except through the environment.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+
+import torch
 
 from kernelflow.train.config import TrainerConfig
 from kernelflow.train.generation import SamplingSettings
@@ -84,19 +92,17 @@ class EvalTiming:
     seconds: float
 
 
-def greedy_evaluate(
+def _run_batches(
     policy: Policy,
     factory: SessionFactory,
     task_ids: Sequence[str],
+    env_seed: int,
+    sampling: SamplingSettings,
     config: TrainerConfig,
-    seed: int | None = None,
+    attempts: int,
 ) -> tuple[list[TaskEvalResult], EvalTiming]:
-    """Greedy attempts for every task in `task_ids` (environment seed `seed`, default config.env_seed)."""
-    if not task_ids:
-        return [], EvalTiming(0, 0.0, 0, 0.0, 0.0)
+    """One episode per entry of `task_ids` (ids may repeat), `eval_batch_size` episodes per batch."""
     start = time.perf_counter()
-    env_seed = config.env_seed if seed is None else seed
-    sampling = SamplingSettings(max_new_tokens=config.eval_tokens, do_sample=False)
     ids = list(task_ids)
     results: list[TaskEvalResult] = []
     gen_s = eval_s = 0.0
@@ -112,7 +118,7 @@ def greedy_evaluate(
             max_turns=config.max_turns,
             shape=config.env_shape,
             stop_when_correct=config.eval_stop_when_correct,
-            turn_limit=config.eval_attempts,
+            turn_limit=attempts,
         )
         results += [
             TaskEvalResult(ep.task_id, ep.seed, tuple(TurnVerdict.from_turn(t) for t in ep.turns))
@@ -121,5 +127,120 @@ def greedy_evaluate(
         gen_s += group.generation_seconds
         gen_tokens += group.generation_tokens
         eval_s += group.evaluation_seconds
-    timing = EvalTiming(len(ids), gen_s, gen_tokens, eval_s, time.perf_counter() - start)
+    timing = EvalTiming(len(set(ids)), gen_s, gen_tokens, eval_s, time.perf_counter() - start)
     return results, timing
+
+
+def greedy_evaluate(
+    policy: Policy,
+    factory: SessionFactory,
+    task_ids: Sequence[str],
+    config: TrainerConfig,
+    seed: int | None = None,
+) -> tuple[list[TaskEvalResult], EvalTiming]:
+    """Greedy attempts for every task in `task_ids` (environment seed `seed`, default config.env_seed)."""
+    if not task_ids:
+        return [], EvalTiming(0, 0.0, 0, 0.0, 0.0)
+    env_seed = config.env_seed if seed is None else seed
+    sampling = SamplingSettings(max_new_tokens=config.eval_tokens, do_sample=False)
+    return _run_batches(policy, factory, task_ids, env_seed, sampling, config, config.eval_attempts)
+
+
+@dataclass(frozen=True)
+class SampledEvalSettings:
+    """Sampled evaluation: `samples` episodes per task at `temperature`; 0 samples turns it off."""
+
+    samples: int = 0
+    temperature: float = 0.8  # choice: the pilot's training temperature, so pass@k describes what training samples
+    top_p: float = 1.0
+    # Attempts per sampled episode; None: trainer.eval_attempts (the greedy evaluation's structure).
+    # 1 makes every sample single-shot and halves the worst-case cost.
+    attempts: int | None = None
+    # The generation RNG's seed; None: trainer.seed, so the seeds of a multirun also draw different samples.
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        p = []
+        if self.samples < 0:
+            p.append(f"samples={self.samples} (must be >= 0; 0 turns sampled evaluation off)")
+        if not self.temperature > 0:
+            p.append(f"temperature={self.temperature} (must be > 0; the greedy evaluation already runs without sampling)")
+        if not 0 < self.top_p <= 1:
+            p.append(f"top_p={self.top_p} (must be in (0, 1])")
+        if self.attempts is not None and self.attempts < 1:
+            p.append(f"attempts={self.attempts} (must be >= 1, or null for trainer.eval_attempts)")
+        if self.seed is not None and self.seed < 0:
+            p.append(f"seed={self.seed} (must be >= 0, or null for trainer.seed)")
+        if p:
+            raise ValueError("invalid SampledEvalSettings: " + "; ".join(p))
+
+    @property
+    def enabled(self) -> bool:
+        return self.samples > 0
+
+
+@dataclass(frozen=True)
+class SampledTaskResult:
+    """A task's n sampled episodes, in the order they were generated."""
+
+    task_id: str
+    seed: int  # the environment seed (evaluation inputs)
+    episodes: tuple[TaskEvalResult, ...]
+
+    @property
+    def samples(self) -> int:
+        return len(self.episodes)
+
+    @property
+    def first_correct(self) -> int:
+        """Episodes whose first attempt is correct: c for single-shot pass@k."""
+        return sum(e.first_correct for e in self.episodes)
+
+    @property
+    def correct(self) -> int:
+        """Episodes correct at some attempt: c for pass@k with feedback."""
+        return sum(e.correct for e in self.episodes)
+
+    def to_dict(self) -> dict:
+        return {"task_id": self.task_id, "seed": self.seed, "samples": self.samples,
+                "first_correct": self.first_correct, "correct": self.correct,
+                "episodes": [e.to_dict() for e in self.episodes]}
+
+
+def sample_evaluate(
+    policy: Policy,
+    factory: SessionFactory,
+    task_ids: Sequence[str],
+    config: TrainerConfig,
+    settings: SampledEvalSettings,
+    env_seed: int | None = None,
+) -> tuple[list[SampledTaskResult], EvalTiming]:
+    """`settings.samples` sampled episodes of every task in `task_ids`, one result per task in that order.
+
+    Episodes of every task are batched together (`eval_batch_size` at a time); all are judged on
+    environment seed `env_seed` (default config.env_seed), like the greedy evaluation.
+    """
+    if not settings.enabled:
+        raise ValueError("sample_evaluate needs settings.samples >= 1 (0 means sampled evaluation is off)")
+    ids = list(dict.fromkeys(task_ids))
+    if len(ids) != len(task_ids):
+        raise ValueError(f"sample_evaluate got repeated task ids {list(task_ids)}; name each task once")
+    if not ids:
+        return [], EvalTiming(0, 0.0, 0, 0.0, 0.0)
+    attempts = settings.attempts or config.eval_attempts
+    if attempts > config.max_turns:
+        raise ValueError(f"attempts={attempts} > max_turns={config.max_turns}: an episode cannot hold more attempts "
+                         "than turns; lower the attempts")
+    seed = config.seed if settings.seed is None else settings.seed
+    sampling = SamplingSettings(config.eval_tokens, do_sample=True, temperature=settings.temperature,
+                                top_p=settings.top_p)
+    episodes = [tid for tid in ids for _ in range(settings.samples)]
+    devices = [policy.device] if policy.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        flat, timing = _run_batches(policy, factory, episodes, config.env_seed if env_seed is None else env_seed,
+                                    sampling, config, attempts)
+    by_task: dict[str, list[TaskEvalResult]] = {tid: [] for tid in ids}
+    for r in flat:
+        by_task[r.task_id].append(r)
+    return [SampledTaskResult(tid, eps[0].seed, tuple(eps)) for tid, eps in by_task.items()], timing

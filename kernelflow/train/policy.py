@@ -1,8 +1,9 @@
-"""The policy: a causal LM from the hub (pinned revision), a local directory, or the tiny model, plus LoRA.
+"""The policy: a causal LM from the hub (pinned revision), a local directory, or a model built here, plus LoRA.
 
 `load_policy` is the one loading path. Every source ends in `AutoModelForCausalLM.from_pretrained`
-and `AutoTokenizer.from_pretrained` (a hub id with its revision, or a directory), so the tiny model
-used by tests exercises the same code as Qwen2.5-Coder-7B-Instruct. The tokenizer is set to left
+and `AutoTokenizer.from_pretrained` (a hub id with its revision, or a directory), so the models built
+here (the tiny random one of tiny.py, the SFT policy of sft.py) exercise the same code as
+Qwen2.5-Coder-7B-Instruct. The tokenizer is set to left
 padding (batched generation needs it) and must have a chat template, a pad token and an eos token.
 
 The hub's sampling defaults are dropped at load time: Qwen2.5-Instruct ships top_k 20, top_p 0.8,
@@ -28,6 +29,7 @@ from typing import Any
 import torch
 
 from kernelflow.train.config import LoraSettings, PolicyConfig
+from kernelflow.train.sft import build_sft_model
 from kernelflow.train.tiny import build_tiny_model
 
 log = logging.getLogger("kernelflow.train")
@@ -70,9 +72,11 @@ def resolve_device(device: str) -> torch.device:
 
 
 def model_location(config: PolicyConfig) -> tuple[str, str | None]:
-    """(path or hub id, revision) that from_pretrained is called with; builds the tiny model if needed."""
+    """(path or hub id, revision) that from_pretrained is called with; builds the tiny or SFT model if needed."""
     if config.source == "tiny":
         return str(build_tiny_model(config.tiny, config.cache_dir)), None
+    if config.source == "sft":
+        return str(build_sft_model(config.tiny, config.sft, config.cache_dir)), None
     if config.source == "local":
         return config.model, None
     return config.model, config.revision

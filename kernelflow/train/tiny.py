@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -118,8 +119,11 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("KERNELFLOW_CACHE", Path.home() / ".cache" / "kernelflow")) / "tiny"
 
 
-def build_tokenizer(config: TinyModelConfig):
-    """A byte-level BPE tokenizer with Qwen2's normaliser and pre-tokenizer, ChatML template, left padding."""
+def build_tokenizer(config: TinyModelConfig, extra_texts: Sequence[str] = ()):
+    """A byte-level BPE tokenizer with Qwen2's normaliser and pre-tokenizer, ChatML template, left padding.
+
+    `extra_texts` are trained on after `tokenizer_corpus()` (the SFT policy adds its corpus' answers).
+    """
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
     from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
@@ -139,7 +143,7 @@ def build_tokenizer(config: TinyModelConfig):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    raw.train_from_iterator(tokenizer_corpus(), trainer=trainer)
+    raw.train_from_iterator([*tokenizer_corpus(), *extra_texts], trainer=trainer)
     tok = PreTrainedTokenizerFast(
         tokenizer_object=raw,
         eos_token=IM_END,

@@ -11,6 +11,9 @@
 One update = one task group: G episodes of the task (rollout.py; generation batched over the group,
 submissions judged concurrently), advantages from the environment's returns (advantages.py), one
 optimiser step on the LoRA weights (loss.py, update.py), one `UpdateMetrics` record (metrics.py).
+Given `data_parallel` (distributed.py; one process per GPU), each rank generates its share of every
+group, all ranks compute the whole group's advantages and metrics, DDP averages the gradients, and
+only rank 0 writes checkpoints: the same update as one process on the same episodes.
 
 Why plain torch + PEFT and not TRL's GRPOTrainer. TRL 1.16 can express the pilot's Dr. GRPO
 (rollout_func + env_mask + loss_type="dr_grpo", scale_rewards off; notes/trl_multiturn.md), but:
@@ -45,7 +48,15 @@ import torch
 from kernelflow.train.advantages import estimate
 from kernelflow.train.checkpoint import CheckpointInfo, load_checkpoint, package_versions, save_checkpoint
 from kernelflow.train.config import TrainerConfig
-from kernelflow.train.evaluation import EvalTiming, TaskEvalResult, greedy_evaluate
+from kernelflow.train.distributed import DataParallel, check_world
+from kernelflow.train.evaluation import (
+    EvalTiming,
+    SampledEvalSettings,
+    SampledTaskResult,
+    TaskEvalResult,
+    greedy_evaluate,
+    sample_evaluate,
+)
 from kernelflow.train.generation import SamplingSettings
 from kernelflow.train.loss import training_sequences
 from kernelflow.train.metrics import UpdateMetrics, update_metrics
@@ -96,8 +107,11 @@ class GRPOLoop:
         *,
         session_factory: SessionFactory | None = None,
         total_updates: int | None = None,
+        data_parallel: DataParallel | None = None,
     ) -> None:
         self.server_info: dict | None = None
+        if data_parallel is not None:
+            check_world(config, data_parallel.world_size)
         if session_factory is None:
             if not env_url:
                 raise ValueError("GRPOLoop needs env_url (a running environment server) or a session_factory")
@@ -115,6 +129,10 @@ class GRPOLoop:
         self._seed_everything(config.seed)
         self.optimizer = build_optimizer(policy, config)
         self.scheduler = build_scheduler(self.optimizer, config, total_updates)
+        # Data-parallel rank (distributed.py): forward/backward go through the DDP wrapper, which
+        # shares the policy's parameters; generation and checkpoints use the policy's own model.
+        self.dp = data_parallel
+        self.train_model = data_parallel.wrap(policy.model) if data_parallel is not None else None
 
     @staticmethod
     def _seed_everything(seed: int) -> None:
@@ -138,12 +156,26 @@ class GRPOLoop:
         c = self.config
         start = time.perf_counter()
         env_seed = c.env_seed + (self.updates if c.env_seed_per_update else 0)
-        group = collect_group(
-            self.policy, self.sessions, task_id, c.group_size, self.sampling(), c.max_turns, env_seed, c.env_shape
-        )
+        if self.dp is None:
+            group = collect_group(
+                self.policy, self.sessions, task_id, c.group_size, self.sampling(), c.max_turns, env_seed, c.env_shape
+            )
+        else:  # this rank's share of the group, then the whole group from every rank
+            share = self.dp.share(c.group_size)
+            self.dp.seed_rollouts(c.seed, self.updates)
+            local = collect_group(
+                self.policy, self.sessions, task_id, len(share), self.sampling(), c.max_turns, env_seed, c.env_shape
+            )
+            group = self.dp.gather_group(local)
         episodes = group.episodes
         adv = estimate(c.estimator, [ep.episode_return for ep in episodes], [ep.returns for ep in episodes])
-        result = apply_update(self.policy, self.optimizer, self.scheduler, training_sequences(episodes, adv), c)
+        sequences = training_sequences(episodes, adv)
+        if self.dp is None:
+            result = apply_update(self.policy, self.optimizer, self.scheduler, sequences, c)
+        else:
+            mine = [sequences[i] for i in share]
+            local_result = apply_update(self.policy, self.optimizer, self.scheduler, mine, c, model=self.train_model)
+            result = self.dp.combine(local_result)
         self.updates += 1
         metrics = update_metrics(
             epoch=epoch, update=self.updates, estimator=c.estimator, group=group, advantages=adv, result=result,
@@ -192,6 +224,19 @@ class GRPOLoop:
                  len(results), first, anyc, timing.seconds, timing.generation_tokens, timing.generation_seconds)
         return results
 
+    def sample_evaluate(
+        self, task_ids: Sequence[str], settings: SampledEvalSettings, seed: int | None = None
+    ) -> list[SampledTaskResult]:
+        """`settings.samples` sampled episodes per task (environment seed `seed`); the training RNG is untouched."""
+        results, timing = sample_evaluate(self.policy, self.sessions, task_ids, self.config, settings, seed)
+        self.last_eval_timing = timing
+        n = sum(r.samples for r in results)
+        log.info("sampled evaluation of %d task(s) x %d at T %s: %d of %d episode(s) correct first, %d by any attempt "
+                 "(%.1f s; %d tokens in %.1f s)", len(results), settings.samples, settings.temperature,
+                 sum(r.first_correct for r in results), n, sum(r.correct for r in results), timing.seconds,
+                 timing.generation_tokens, timing.generation_seconds)
+        return results
+
     def save_checkpoint(
         self, directory: str | Path, eval_results: Mapping[str, Sequence[TaskEvalResult]] | None = None
     ) -> CheckpointInfo:
@@ -203,12 +248,15 @@ class GRPOLoop:
                 eval_results=eval_results, versions=package_versions(),
             )
 
+        if self.dp is not None and not self.dp.is_main:
+            # Data-parallel: every rank holds the same weights and optimiser state; rank 0 alone writes.
+            return self.dp.broadcast(None)
         info = save_checkpoint(
             directory, self.policy, self.optimizer, self.scheduler, self.config,
             epochs_completed=self.epochs_completed, updates=self.updates, train_tasks=self.train_tasks, card=card,
         )
         log.info("checkpoint %s: %d update(s), %d epoch(s)", info.path, info.updates, info.epochs_completed)
-        return info
+        return info if self.dp is None else self.dp.broadcast(info)
 
     def load_checkpoint(self, directory: str | Path) -> CheckpointInfo:
         """Continue from `directory`: the next update equals the one the saved run would have made."""

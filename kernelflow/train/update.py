@@ -6,11 +6,19 @@ gradient of the whole group's loss, whatever the micro-batch size. Then: clip th
 norm, AdamW step, scheduler step. Only parameters with `requires_grad` (the adapter) are given to the
 optimiser; the base model's weights are frozen by PEFT and never change.
 
+Data-parallel training (distributed.py) passes each rank's equal share of the group (G / N
+sequences) and the policy's DistributedDataParallel wrapper as `model`. The denominator is then
+(G / N) * normaliser per rank and DDP averages the N ranks' gradients, so the gradient is
+sum over all G episodes / (G * normaliser): exactly the single-process one. Under DDP every rank
+must run the same backward passes (the last one all-reduces), so an all-masked micro-batch is not
+skipped there, and the earlier micro-batches run under `no_sync` (one all-reduce per update).
+
 The optimiser and scheduler are built here too, so checkpoint.py can restore them to the same state.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Sequence
@@ -73,27 +81,38 @@ def apply_update(
     scheduler,
     sequences: Sequence[TrainingSequence],
     config: TrainerConfig,
+    *,
+    model=None,
 ) -> UpdateResult:
-    """Accumulate the group's gradient over micro-batches, clip, and step once."""
+    """Accumulate the group's gradient over micro-batches, clip, and step once.
+
+    `model`: what forward and backward run through; None is the policy's own model, a
+    DistributedDataParallel wrapper of it averages the gradients over the ranks (see the module doc).
+    """
     start = time.perf_counter()
-    model = policy.model
+    peft_model = policy.model
+    model = peft_model if model is None else model
+    synced = model is not peft_model
     model.train()
     optimizer.zero_grad(set_to_none=True)
     denominator = float(len(sequences) * config.normalizer)
     loss_total = tokens = logp_sum = kl_sum = 0.0
     mb = config.micro_batch_size
-    for begin in range(0, len(sequences), mb):
+    begins = range(0, len(sequences), mb)
+    for k, begin in enumerate(begins):
         batch = collate(sequences[begin : begin + mb], policy.pad_id, policy.device)
-        if float(batch.loss_mask.sum()) == 0:
+        if not synced and float(batch.loss_mask.sum()) == 0:
             continue
-        logp, first = token_logprobs(model, batch, policy.vocab_limit)
-        mask, adv = batch.loss_mask[:, first:], batch.advantages[:, first:]
-        ref = None
-        if config.kl_weight > 0:
-            with torch.no_grad(), model.disable_adapter():
-                ref, _ = token_logprobs(model, batch, policy.vocab_limit)
-        loss, stats = policy_gradient_loss(logp, mask, adv, denominator, ref, config.kl_weight)
-        loss.backward()
+        accumulate = model.no_sync() if synced and k < len(begins) - 1 else contextlib.nullcontext()
+        with accumulate:
+            logp, first = token_logprobs(model, batch, policy.vocab_limit)
+            mask, adv = batch.loss_mask[:, first:], batch.advantages[:, first:]
+            ref = None
+            if config.kl_weight > 0:
+                with torch.no_grad(), peft_model.disable_adapter():
+                    ref, _ = token_logprobs(peft_model, batch, policy.vocab_limit)
+            loss, stats = policy_gradient_loss(logp, mask, adv, denominator, ref, config.kl_weight)
+            loss.backward()
         loss_total += float(loss.detach())
         tokens += stats["tokens"]
         logp_sum += stats["logp_sum"]

@@ -13,9 +13,9 @@ import json
 
 import pytest
 
-from flows.compare import compare, load_runs, main
+from flows.compare import SeedRun, compare, load_runs, main, render, task_groups
 from flows.config import to_experiment_config
-from flows.results import outcomes, summary_metrics, task_metrics
+from flows.results import outcomes, sample_task_metrics, summary_metrics, task_metrics
 from flows.run_dir import RunDir, run_name, split_settings
 from flows.tracking import Tracker
 from tests.flows.conftest import compose_config
@@ -32,7 +32,8 @@ CORRECT = {
          "trained_eval": {"19_ReLU": (True, True, 1.1, 0.2), "23_Softmax": (True, True, 2.0, 0.6)}},
 }
 COMPILE = {44: {"19_ReLU": 0.8, "23_Softmax": 1.5}}  # only seed 44's trained evaluation timed torch.compile
-SAMPLES = {42: {"19_ReLU": (4, 2)}, 43: {"19_ReLU": (4, 2)}}  # (n, c); every other task: (4, 0)
+# (n, c first attempt, c by the 2nd attempt); every other task: (4, 0, 0); seed 44 made no sampled evaluation
+SAMPLES = {42: {"19_ReLU": (4, 2, 3)}, 43: {"19_ReLU": (4, 2, 3)}}
 
 
 def _turn(turn: int, correct: bool, speedup: float | None = None, roofline: float | None = None) -> dict:
@@ -69,8 +70,10 @@ def _log_seed(tmp_path, seed: int) -> str:
     extra = {f"trained_eval/{t}/speedup_vs_compile": s for t, s in COMPILE.get(seed, {}).items()}
     if seed in SAMPLES:
         for tid in cfg.tasks.all:
-            n, c = SAMPLES[seed].get(tid, (4, 0))
-            extra.update({f"trained_eval/{tid}/samples": n, f"trained_eval/{tid}/samples_correct": c})
+            n, c, c2 = SAMPLES[seed].get(tid, (4, 0, 0))
+            outcome = {"task_id": tid, "samples": n, "samples_correct": c, "samples_turn2_correct": c2,
+                       "samples_reward_mean": 0.1}
+            extra.update(sample_task_metrics(outcome, "trained_sampled/"))  # as sampled_eval_stage
     tracker.log_metrics(tracker.parent_id, extra)
     tracker.finish()
     return tracker.parent_id
@@ -140,11 +143,18 @@ def test_comparison_numbers(store):
     assert (m["roofline_fraction"]["after"]["low"], m["roofline_fraction"]["after"]["high"]) == pytest.approx((0.4, 0.4))
     assert est("roofline_fraction", "before") == pytest.approx(0.1)
     # sampled: 19_ReLU (4, 2), nine tasks (4, 0), seeds 42 and 43: pass@1 = 0.5/10, pass@2 = (5/6)/10, pass@4 = 1/10
-    assert est("pass@1") == pytest.approx(0.05)
-    assert est("pass@2") == pytest.approx(5 / 60)
-    assert est("pass@4") == pytest.approx(0.1)
-    assert m["pass@4"]["per_seed"]["after"] == pytest.approx([0.1, 0.1, None])
-    assert est("avg@n") == pytest.approx(0.05)
+    assert est("sampled/overall/pass_at_1") == pytest.approx(0.05)
+    assert est("sampled/overall/pass_at_2") == pytest.approx(5 / 60)
+    assert est("sampled/overall/pass_at_4") == pytest.approx(0.1)
+    assert m["sampled/overall/pass_at_4"]["per_seed"]["after"] == pytest.approx([0.1, 0.1, None])
+    assert est("sampled/overall/avg_at_n") == pytest.approx(0.05)
+    # by the 2nd attempt 19_ReLU has (4, 3): pass@1 = 0.75/10, pass@2 = 1 - C(1,2)/C(4,2) = 1, so 1/10
+    assert est("sampled/overall/pass_at_1/by_2nd") == pytest.approx(0.075)
+    assert est("sampled/overall/pass_at_2/by_2nd") == pytest.approx(0.1)
+    # per group: train holds 19_ReLU among 4 tasks, held-out none
+    assert est("sampled/train/pass_at_1") == pytest.approx(0.5 / 4)
+    assert est("sampled/heldout/pass_at_4") == 0.0
+    assert m["sampled/overall/pass_at_1"]["before"]["n"] == 0  # no run sampled before training
 
     # files: markdown with the same numbers, the json, three plots
     assert json.loads((out / "comparison.json").read_text())["metrics"]["fast_1/eager"]["after"]["estimate"] == \
@@ -160,6 +170,24 @@ def test_comparison_numbers(store):
     assert "| fast_1 vs torch.compile | 0.00 (1 of 3 seeds) | 0.10 (1 of 3 seeds) | 0.10 (1 of 3 seeds) |" in md
     assert "| mean roofline fraction | 0.10 (1 of 3 seeds) | 0.40 [0.40, 0.40] | 0.30 (1 of 3 seeds) |" in md
     assert "| pass@2 | — | 0.08 [0.08, 0.08] (2 of 3 seeds) | — |" in md
+    assert "| pass@1 by 2nd | — | 0.07 [0.07, 0.07] (2 of 3 seeds) | — |" in md
+    assert "| train: pass@1 | — | 0.12 [0.12, 0.12] (2 of 3 seeds) | — |" in md
+    # the note follows the runs' policy source
+    assert "synthetic corpus" not in md
+    sft = render({**result.numbers, "tiny": False, "policy_sources": ["sft"]})
+    assert "pre-trained here on a synthetic corpus" in sft and "tiny random model" not in sft
+
+
+def test_groups_include_the_families_when_a_run_names_them(tmp_path):
+    cfg = to_experiment_config(compose_config("tasks=families", f"tracking.runs_root={tmp_path}"))
+    params = split_settings(cfg)[0]
+    run = SeedRun("r", "families-run", "FINISHED", 42, {k: str(v) for k, v in params.items()}, {})
+    groups = task_groups([run])
+    assert list(groups) == ["train", "reserved", "heldout", "families"]
+    assert groups["families"] == cfg.tasks.families and len(groups["families"]) >= 8
+    pilot = to_experiment_config(compose_config(f"tracking.runs_root={tmp_path}"))
+    run.params = {k: str(v) for k, v in split_settings(pilot)[0].items()}
+    assert list(task_groups([run])) == ["train", "reserved", "heldout"]  # an empty families group is left out
 
 def test_command_writes_the_report_and_names_a_missing_experiment(store, tmp_path, capsys):
     _, uri, _ = store

@@ -17,8 +17,11 @@ from flows.config import (
     TRAINER_FIXED,
     EnvNode,
     EvalNode,
+    EvaluationNode,
     LoraNode,
     PolicyNode,
+    TaskGroups,
+    TasksNode,
     TrainerNode,
     from_parameters,
     to_container,
@@ -29,6 +32,7 @@ from flows.schema import ConfigError
 from kernelflow.env.config import EnvServerConfig
 from kernelflow.eval import EvalConfig
 from kernelflow.train import LoraSettings, PolicyConfig, TrainerConfig
+from kernelflow.train.evaluation import SampledEvalSettings
 from tests.flows.conftest import CONF_DIR, compose_config
 
 GROUPS = sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir())
@@ -112,12 +116,49 @@ def test_an_unknown_option_fails_at_compose_time():
         ("env.url=gpu-host:8000", r"env.url='gpu-host:8000' is not a URL"),
         ("validation.extra_seeds=-1", r"extra_seeds=-1"),
         ("tasks.kernelbench_revision=main", r"the installed task suite is KernelBench 423217d"),
+        ("tasks.families=[reductions]", r"tasks: invalid TaskGroups: families: unknown name 'reductions'"),
+        ("tasks.train=[19_ReLU,89_cumsum]", r"train: unknown task id '89_cumsum' \(a family task belongs in `families`"),
+        ("evaluation.samples=-1", r"evaluation: invalid SampledEvalSettings: samples=-1"),
+        ("evaluation.temperature=0", r"evaluation: invalid SampledEvalSettings: temperature=0"),
+        ("evaluation.attempts=3", r"evaluation.attempts=3 > env.max_turns=2"),
     ],
 )
 def test_a_bad_value_fails_before_anything_runs(override, message):
     base = ["experiment=pilot"] if override.startswith("model.revision") else []
     with pytest.raises(ConfigError, match=message):
         experiment(*base, override)
+
+
+def test_families_train_on_the_pilot_group_and_evaluate_every_family_task():
+    from kernelflow.tasks import FAMILY_TASKS, family_task_ids, task_ids
+
+    config = experiment("tasks=families")
+    pilot = experiment()
+    t = config.tasks
+    assert (t.train, t.reserved, t.heldout) == (pilot.tasks.train, pilot.tasks.reserved, pilot.tasks.heldout)
+    assert t.train == tuple(task_ids("train"))
+    # resolved in code from the suite, so a task added there joins without a YAML edit
+    assert t.families == tuple(family_task_ids()) and set(t.families) == set(FAMILY_TASKS)
+    assert list(t.groups) == ["train", "reserved", "heldout", "families"]
+    assert t.all == pilot.tasks.all + t.families and t.group_of(t.families[0]) == "families"
+    assert set(t.roles) == set(t.groups) and "trained on" in t.roles["train"]
+    assert all("evaluated only" in t.roles[g] for g in ("heldout", "families"))
+    # the resolved ids are what the flow's parameters carry, so a resumed run rebuilds the same groups
+    assert from_parameters(to_container(config)).tasks == t
+    assert config_hash(config) != config_hash(pilot)
+    assert "families" not in pilot.tasks.groups and pilot.tasks.families == ()
+    # a family group name or single ids select fewer
+    norm = experiment("tasks=families", "tasks.families=[normalization,89_cumsum]").tasks.families
+    assert norm == (*family_task_ids("normalization"), "89_cumsum")
+
+
+def test_sampled_evaluation_settings():
+    assert not experiment().evaluation.enabled and not experiment("experiment=pilot").evaluation.enabled
+    s = experiment("evaluation.samples=8", "evaluation.temperature=1.0", "evaluation.attempts=1").evaluation
+    assert (s.samples, s.temperature, s.attempts, s.enabled) == (8, 1.0, 1, True)
+    assert config_hash(experiment("evaluation.samples=8")) != config_hash(experiment())
+    with pytest.raises(ConfigCompositionException, match="evaluation.samples"):
+        compose_config("evaluation.samples=many")
 
 
 def test_remote_env_needs_a_url():
@@ -128,7 +169,8 @@ def test_remote_env_needs_a_url():
 @pytest.mark.parametrize(
     ("node", "cls", "exclude"),
     [(PolicyNode, PolicyConfig, ()), (LoraNode, LoraSettings, ()), (EvalNode, EvalConfig, ()),
-     (TrainerNode, TrainerConfig, TRAINER_FIXED), (EnvNode, EnvServerConfig, ("eval",))],
+     (TrainerNode, TrainerConfig, TRAINER_FIXED), (EnvNode, EnvServerConfig, ("eval",)),
+     (EvaluationNode, SampledEvalSettings, ()), (TasksNode, TaskGroups, ())],
 )
 def test_the_schema_mirrors_every_layer_field(node, cls, exclude):
     layer = {f.name for f in dataclasses.fields(cls)} - set(exclude)

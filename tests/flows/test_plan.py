@@ -27,6 +27,22 @@ def test_stages_follow_the_protocol():
     assert "seed_validation" not in stages(no_validation)
 
 
+def test_sampled_evaluation_and_families_in_the_plan():
+    config = to_experiment_config(compose_config("experiment=pilot", "tasks=families", "evaluation.samples=8",
+                                                 "evaluation.attempts=1"))
+    names = stages(config)
+    assert names[:3] == ["provenance", "baseline_eval", "baseline_sampled"]
+    assert names[names.index("trained_eval") + 1] == "trained_sampled"
+    plan = experiment_plan(config)
+    n = len(config.tasks.all)
+    assert n == 10 + len(config.tasks.families) and "families" in plan["tasks"]
+    assert plan["sampled_episodes"] == 2 * n * 8 and plan["sampled_submissions_max"] == 2 * n * 8
+    assert plan["sampled_tokens_max"] == 2 * n * 8 * 2048
+    assert plan["updates"] == 16  # the families are evaluated only: training is the pilot's
+    off = experiment_plan(to_experiment_config(compose_config("experiment=pilot")))
+    assert off["sampled_episodes"] == 0 and "baseline_sampled" not in off["stages"]
+
+
 def test_dry_run_prints_the_plan_through_the_real_entry_point(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "flows.experiment", "experiment=pilot", "dry_run=true",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from flows import results
@@ -82,3 +84,67 @@ def test_report_from_stored_results(tmp_path):
 
 def test_artifact_keys_are_prefect_safe():
     assert artifact_key("kernelflow-report-Smoke_1.2-abc") == "kernelflow-report-smoke-1-2-abc"
+
+
+def sampled(task_id, *episodes):
+    """A sampled evaluation's record: each episode given as its turns' statuses."""
+    return {"task_id": task_id, "seed": 0, "samples": len(episodes),
+            "episodes": [record(task_id, *(turn(i + 1, st, 0.3 if st == "ok" else 0.0) for i, st in enumerate(ep)))
+                         for ep in episodes]}
+
+
+# 19_ReLU: 4 episodes, 1 correct first, 2 by the 2nd attempt; 23_Softmax: 4 episodes, none correct
+SAMPLED = [
+    sampled("19_ReLU", ["ok"], ["incorrect", "ok"], ["no_code", "no_code"], ["incorrect", "compile_error"]),
+    sampled("23_Softmax", *[["no_code", "no_code"]] * 4),
+]
+
+
+def test_sample_outcomes_count_the_episodes():
+    o = results.sample_outcomes(SAMPLED)
+    assert o["19_ReLU"] == {"task_id": "19_ReLU", "samples": 4, "samples_correct": 1, "samples_turn2_correct": 2,
+                            "samples_reward_mean": pytest.approx(0.6 / 4)}
+    assert (o["23_Softmax"]["samples_correct"], o["23_Softmax"]["samples_turn2_correct"]) == (0, 0)
+    m = results.sample_task_metrics(o["19_ReLU"], "trained_sampled/")
+    assert set(m) == {f"trained_sampled/19_ReLU/{k}" for k in results.SAMPLE_KEYS}
+
+
+def test_sampled_rates_per_group_by_hand():
+    assert results.pass_ks(4) == [1, 2, 4] and results.pass_ks(6) == [1, 2, 4, 6] and results.pass_ks(1) == [1]
+    o = results.sample_outcomes(SAMPLED)
+    # 19_ReLU first attempt (4, 1): pass@1 = 1/4, pass@2 = 1 - C(3,2)/C(4,2) = 1/2, pass@4 = 1
+    # by 2nd (4, 2): pass@1 = 1/2, pass@2 = 1 - C(2,2)/C(4,2) = 5/6; 23_Softmax: 0 everywhere
+    r = results.sampled_rates(o, ["19_ReLU", "23_Softmax"])
+    assert r["pass_at_1"] == pytest.approx(1 / 8) and r["pass_at_2"] == pytest.approx(1 / 4)
+    assert r["pass_at_4"] == pytest.approx(1 / 2) and r["avg_at_n"] == pytest.approx(1 / 8)
+    assert r["pass_at_1/by_2nd"] == pytest.approx(1 / 4) and r["pass_at_2/by_2nd"] == pytest.approx(5 / 12)
+    assert results.sampled_rates(o, ["25_Swish"]) == {}  # no samples: no numbers, not zeros
+    metrics = results.sample_summary_metrics(o, GROUPS, "trained_sampled/")
+    assert metrics["trained_sampled/group/train/pass_at_2"] == pytest.approx(1 / 2)
+    assert metrics["trained_sampled/group/heldout/pass_at_4"] == 0.0
+    assert metrics["trained_sampled/group/overall/pass_at_4"] == pytest.approx(1 / 2)
+    assert "trained_sampled/group/reserved/pass_at_1" not in metrics
+    assert all(re.fullmatch(r"[/\w.\- :]+", k) for k in metrics)  # MLflow's allowed metric-name characters
+
+
+def test_report_shows_the_sampled_evaluation(tmp_path):
+    config = to_experiment_config(compose_config(f"tracking.runs_root={tmp_path}", "evaluation.samples=4"))
+    run = RunDir.for_config(config)
+    for stage in ("baseline_eval", "trained_eval"):
+        write_json(run.stage_dir(stage) / "results.json", [record(t, turn(1, "no_code")) for t in config.tasks.all])
+    write_json(run.stage_dir("baseline_sampled") / "results.json", [sampled(t, *[["no_code"]] * 4) for t in config.tasks.all])
+    write_json(run.stage_dir("trained_sampled") / "results.json",
+               SAMPLED + [sampled(t, *[["no_code"]] * 4) for t in config.tasks.all if t not in ("19_ReLU", "23_Softmax")])
+    rendered = write_report(run, config)
+    text = rendered.markdown
+    assert "## Sampled evaluation (4 episode(s) per task at T 0.8, top_p 1.0)" in text
+    # train: 19_ReLU and three tasks without success: pass@1 after = (1/4)/4, pass@4 after = 1/4
+    assert "| train | 0.00 | 0.06 | 0.00 | 0.25 | 0.00 | 0.06 | 0.00 | 0.12 |" in text
+    assert "| 19_ReLU | train | 0/4 | 1/4 | 0/4 | 2/4 |" in text
+    assert rendered.metrics["report/sampled/overall/pass_at_1/after"] == pytest.approx(0.25 / 10)
+    assert "Roles: **train**: trained on" in text
+    without = to_experiment_config(compose_config(f"tracking.runs_root={tmp_path / 'b'}"))
+    run_b = RunDir.for_config(without)
+    for stage in ("baseline_eval", "trained_eval"):
+        write_json(run_b.stage_dir(stage) / "results.json", [record(t, turn(1, "no_code")) for t in without.tasks.all])
+    assert "Sampled evaluation" not in write_report(run_b, without).markdown

@@ -29,7 +29,7 @@ from kernelflow.env.config import EnvServerConfig
 from kernelflow.env.models import KernelAction, KernelObservation, KernelState
 from kernelflow.env.returns import episode_return, per_turn_returns
 from kernelflow.env.server.rubric import VerdictRewardRubric
-from kernelflow.tasks import SHAPE_PROFILES, TASKS, build_messages, build_prompt_text
+from kernelflow.tasks import FAMILY_TASKS, SHAPE_PROFILES, TASKS, build_messages, build_prompt_text, get_task
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +101,9 @@ class KernelEnvironment(Environment[KernelAction, KernelObservation, KernelState
             )
         if task_id is None:
             raise EnvInputError(f"reset needs task_id, one of: {', '.join(TASKS)}")
-        if not isinstance(task_id, str) or task_id not in TASKS:
-            raise EnvInputError(f"unknown task_id {task_id!r}; known task ids: {', '.join(TASKS)}")
+        # both suites: the pilot's and the second-tier families (`tasks=families` evaluates those)
+        if not isinstance(task_id, str) or (task_id not in TASKS and task_id not in FAMILY_TASKS):
+            raise EnvInputError(f"unknown task_id {task_id!r}; known task ids: {', '.join([*TASKS, *FAMILY_TASKS])}")
         seed = 0 if seed is None else seed
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
             raise EnvInputError(f"seed {seed!r} must be an integer in [0, 2**63 - 1]")
@@ -112,7 +113,7 @@ class KernelEnvironment(Environment[KernelAction, KernelObservation, KernelState
         if episode_id is not None and not isinstance(episode_id, str):
             raise EnvInputError(f"episode_id {episode_id!r} must be a string")
 
-        task = TASKS[task_id]
+        task = get_task(task_id)
         self._reset_rubric()
         with self._lock:
             self._state = KernelState(
