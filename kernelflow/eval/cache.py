@@ -157,19 +157,19 @@ class VerdictCache:
 
 @dataclass(frozen=True)
 class Reference:
-    """One call's submission-independent data: its input and the float64 reference output."""
+    """One call's submission-independent data: its inputs and the float64 (or integer) reference output."""
 
-    input: torch.Tensor
+    inputs: tuple[torch.Tensor, ...]
     expected: torch.Tensor
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.input, self.expected))
+        return sum(t.numel() * t.element_size() for t in (*self.inputs, self.expected))
 
 
-def reference_key(*, task_id: str, shape: tuple[int, ...], seed: int, distribution: str, dtype: str, device: str,
-                  evaluator_version: str) -> tuple:
-    return (task_id, tuple(shape), int(seed), distribution, dtype, device, evaluator_version)
+def reference_key(*, task_id: str, shapes: tuple[tuple[int, ...], ...], seed: int, distribution: str, dtype: str,
+                  device: str, evaluator_version: str) -> tuple:
+    return (task_id, tuple(tuple(s) for s in shapes), int(seed), distribution, dtype, device, evaluator_version)
 
 
 class ReferenceCache:

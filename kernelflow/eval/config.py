@@ -62,6 +62,9 @@ class EvalConfig:
     verdict_cache_size: int = 4096  # verdicts kept for identical resubmissions (LRU); 0 disables (cache.py)
     input_cache_mb: int = 256  # inputs + float64 references kept across verdicts; 0 disables (cache.py)
     prewarm_workers: int = 0  # idle pre-warmed workers kept per evaluator (device); 0: spawn per verdict (prewarm.py)
+    # Also time torch.compile of the reference (cached per task and shape, like eager) so verdicts carry
+    # speedup_vs_compile. Off by default: compiling every task's reference costs tens of seconds once.
+    compile_baseline: bool = False
     reward: RewardConfig = field(default_factory=RewardConfig)
 
     def __post_init__(self) -> None:

@@ -30,8 +30,12 @@ class CompareResult:
     nan_count: int
     inf_count: int
     numel: int
+    exact: bool = False  # an integer result compared for equality (`violation` counts differing elements)
 
     def summary(self) -> str:
+        if self.exact and not self.passed:
+            return (f"{int(self.violation)} of {self.numel} elements differ; first at index {list(self.worst_index)}: "
+                    f"got {int(self.worst_out)}, expected {int(self.worst_ref)}")
         if self.passed:
             return f"max abs error {self.max_abs_err:.3g} (within tolerance)"
         where = ""
@@ -42,10 +46,36 @@ class CompareResult:
         return f"max abs error {self.max_abs_err:.3g}, {self.violation:.3g}x the tolerance{where}{bad}"
 
 
+def _unravel(flat_index: int, out: torch.Tensor) -> tuple[int, ...]:
+    """The multi-index of a flat position (`()` for a scalar output)."""
+    if out.dim() == 0:
+        return ()
+    return tuple(int(k) for k in torch.unravel_index(torch.tensor(flat_index), tuple(out.shape)))
+
+
+def _compare_exact(out: torch.Tensor, ref: torch.Tensor) -> CompareResult:
+    """Integer results (argmax indices): every element must be equal; no tolerance applies."""
+    flat_out, flat_ref = out.reshape(-1).to(torch.int64), ref.reshape(-1).to(torch.int64)
+    wrong = flat_out != flat_ref
+    n = flat_out.numel()
+    if not bool(wrong.any()):
+        return CompareResult(True, 0.0, 0.0, None, None, None, 0, 0, n, exact=True)
+    i = int(torch.nonzero(wrong)[0])
+    index = _unravel(i, out)
+    max_abs = float((flat_out - flat_ref).abs().max())
+    return CompareResult(False, max_abs, float(wrong.sum()), index, float(flat_out[i]), float(flat_ref[i]), 0, 0, n,
+                         exact=True)
+
+
 def compare(out: torch.Tensor, ref: torch.Tensor, tolerance: Tolerance) -> CompareResult:
-    """Compare `out` (any float dtype) to `ref` (ideally float64) of the same shape and device."""
+    """Compare `out` to `ref` of the same shape: floats within tolerance of a float64 `ref`, integers exactly.
+
+    For integer outputs `violation` counts the differing elements.
+    """
     if tuple(out.shape) != tuple(ref.shape):
         raise ValueError(f"shape mismatch: output {tuple(out.shape)} vs reference {tuple(ref.shape)}")
+    if not ref.dtype.is_floating_point:
+        return _compare_exact(out, ref)
     flat_out, flat_ref = out.reshape(-1), ref.reshape(-1)
     n = flat_out.numel()
     max_abs, worst_v, worst_i = 0.0, 0.0, None
@@ -73,7 +103,7 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tolerance: Tolerance) -> Compa
     passed = worst_v <= 1.0 and nan_count == 0 and inf_count == 0
     if worst_i is None:
         return CompareResult(True, 0.0, 0.0, None, None, None, 0, 0, n)
-    index = tuple(int(k) for k in torch.unravel_index(torch.tensor(worst_i), tuple(out.shape)))
+    index = _unravel(worst_i, out)
     return CompareResult(
         passed=passed,
         max_abs_err=max_abs,
@@ -87,12 +117,18 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tolerance: Tolerance) -> Compa
     )
 
 
-def reference_output(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """The task's reference forward in float64 on `x`'s device (a float64 copy of the module; x unchanged)."""
+def as_reference_input(x: torch.Tensor) -> torch.Tensor:
+    """What the float64 reference reads: floating inputs in float64, others (masks, indices) unchanged."""
+    return x.to(torch.float64) if x.dtype.is_floating_point else x
+
+
+def reference_output(module: torch.nn.Module, x: torch.Tensor | list[torch.Tensor]) -> torch.Tensor:
+    """The task's reference forward in float64 on the inputs' device (a float64 copy of the module; inputs unchanged)."""
     import copy
 
+    inputs = [x] if isinstance(x, torch.Tensor) else list(x)
     with torch.no_grad():
-        return copy.deepcopy(module).to(torch.float64)(x.to(torch.float64))
+        return copy.deepcopy(module).to(torch.float64)(*[as_reference_input(t) for t in inputs])
 
 
 def merge(results: list[CompareResult]) -> CompareResult:
@@ -103,32 +139,42 @@ def merge(results: list[CompareResult]) -> CompareResult:
     return CompareResult(
         passed=all(r.passed for r in results),
         max_abs_err=max(r.max_abs_err for r in results),
-        violation=max(r.violation for r in results),
+        # exact comparisons count differing elements: the chunks' counts add up
+        violation=(sum if all(r.exact for r in results) else max)(r.violation for r in results),
         worst_index=worst.worst_index,
         worst_out=worst.worst_out,
         worst_ref=worst.worst_ref,
         nan_count=nan_count,
         inf_count=inf_count,
         numel=sum(r.numel for r in results),
+        exact=all(r.exact for r in results),
     )
 
 
 def check_against_reference(
-    ref_model: torch.nn.Module, x: torch.Tensor, out: torch.Tensor, tolerance: Tolerance, rows_independent: bool = True
+    ref_model: torch.nn.Module, x: torch.Tensor | list[torch.Tensor], out: torch.Tensor, tolerance: Tolerance,
+    rows_independent: bool = True,
 ) -> CompareResult:
-    """Compare `out` with the float64 reference of `x`, computed in row chunks when rows are independent.
+    """Compare `out` with the float64 reference of the inputs `x`, in row chunks when rows are independent.
 
-    `ref_model` must already be in float64. Chunking keeps the float64 temporaries of a 6.4 GB input
-    near 1 GB; reported indices are shifted back to the full tensor.
+    `ref_model` must already be in float64. Chunks cut the first input's rows (the others are passed
+    whole), which is right when output row i depends on row i of the first input alone; that keeps
+    the float64 temporaries of a 6.4 GB input near 1 GB. Reported indices are shifted back to the full
+    tensor. With `rows_independent=False` (a loss, a whole-tensor norm) the reference is one piece.
     """
-    rows = x.shape[0] if x.dim() > 1 else 1
-    per_row = max(1, x.numel() // rows)
-    step = rows if not rows_independent else max(1, _CHUNK_ELEMS // per_row)
+    inputs = [x] if isinstance(x, torch.Tensor) else list(x)
+    first = inputs[0]
+    rows = first.shape[0] if first.dim() > 1 else 1
+    per_row = max(1, first.numel() // rows)
+    step = rows if not rows_independent or out.dim() == 0 else max(1, _CHUNK_ELEMS // per_row)
     results = []
     with torch.no_grad():
         for r0 in range(0, rows, step):
-            xs, os_ = (x, out) if step >= rows else (x[r0:r0 + step], out[r0:r0 + step])
-            ref = ref_model(xs.to(torch.float64))
+            if step >= rows:
+                xs, os_ = inputs, out
+            else:
+                xs, os_ = [first[r0:r0 + step], *inputs[1:]], out[r0:r0 + step]
+            ref = ref_model(*[as_reference_input(t) for t in xs])
             res = compare(os_, ref, tolerance)
             if res.worst_index is not None and step < rows:
                 res = CompareResult(**{**res.__dict__, "worst_index": (res.worst_index[0] + r0, *res.worst_index[1:])})

@@ -17,6 +17,7 @@ formula but the call to `compute_reward`.
 from __future__ import annotations
 
 import asyncio
+import logging
 import statistics
 import threading
 import time
@@ -38,7 +39,9 @@ from kernelflow.eval.session import JudgeSession, SessionOutcome
 from kernelflow.eval.static_checks import first_failure, run_static_checks
 from kernelflow.eval.timing import TimingResult, device_lock, time_cuda
 from kernelflow.eval.verdict import Check, Status, Verdict, WallTime, code_sha256
-from kernelflow.tasks import Task, extract_code, generate_input, get_task
+from kernelflow.tasks import Task, extract_code, generate_inputs, get_task
+
+log = logging.getLogger(__name__)
 
 EVALUATOR_VERSION = f"{kernelflow.__version__}+eval.2"
 
@@ -211,6 +214,10 @@ class Evaluator:
                       roofline_fraction=roofline_fraction(t_min, runtime), eager_ms=eager.median_ms,
                       speedup_vs_eager=eager.median_ms / runtime,
                       compile_ms=None if outcome.compile_s is None else outcome.compile_s * 1e3)
+        if config.compile_baseline:
+            compiled = self._compile_time(task, config)
+            if compiled is not None:
+                timing.update(torch_compile_ms=compiled.median_ms, speedup_vs_compile=compiled.median_ms / runtime)
         floor = cal.impossible_below_ms(task, config.shape, config.impossible_factor)
         wall["total_s"] = time.monotonic() - started
         if runtime < floor:
@@ -230,22 +237,38 @@ class Evaluator:
 
     def _eager_time(self, task: Task, config: EvalConfig) -> TimingResult:
         """Eager PyTorch on the same device, timed like the submission (cached per task/shape/inputs)."""
+        return self._baseline_time(task, config, compiled=False)
+
+    def _compile_time(self, task: Task, config: EvalConfig) -> TimingResult | None:
+        """The reference under `torch.compile` (what a user would pick instead of a hand-written kernel).
+
+        Compilation and autotuning happen in the untimed warm-up calls; cached like eager timing. A
+        reference that fails to compile is logged and gives no baseline (None), never a failed verdict.
+        """
+        try:
+            return self._baseline_time(task, config, compiled=True)
+        except Exception as exc:  # noqa: BLE001 - a baseline must not fail a submission's verdict
+            log.warning("torch.compile baseline of %s failed: %s", task.task_id, exc)
+            return None
+
+    def _baseline_time(self, task: Task, config: EvalConfig, compiled: bool) -> TimingResult:
         distribution = config.distribution or task.distribution
-        key = (task.task_id, config.shape, distribution)
+        key = (task.task_id, config.shape, distribution, compiled)
         with self._state_lock:
             if key in self._eager:
                 return self._eager[key]
         model = task.load_module().Model(*task.init_inputs).to(self.device)
-        shape = task.shape(config.shape)
-        buf = torch.empty(shape, dtype=getattr(torch, task.dtype), device=self.device)
+        fn = torch.compile(model) if compiled else model
+        shapes = task.input_shapes(config.shape)
+        bufs = [torch.empty(s, dtype=getattr(torch, task.dtype), device=self.device) for s in shapes]
 
-        def make_input(i: int) -> torch.Tensor:
-            return generate_input(shape, 10_000 + i, distribution, self.device, out=buf)
+        def make_input(i: int) -> list[torch.Tensor]:
+            return generate_inputs(shapes, 10_000 + i, distribution, self.device, out=bufs)
 
         with self._gpu_lock():
-            result = time_cuda(model, make_input, runs=config.timed_runs, device=self.device,
-                               l2_flush_mb=config.l2_flush_mb)
-        buf = None  # free the 6 GB input before the next verdict
+            result = time_cuda(fn, make_input, runs=config.timed_runs, device=self.device,
+                               l2_flush_mb=config.l2_flush_mb, warmup=3 if compiled else 2)
+        bufs = None  # free the 6 GB inputs before the next verdict
         torch.cuda.empty_cache()
         with self._state_lock:
             self._eager[key] = result

@@ -32,10 +32,10 @@ import torch.multiprocessing  # noqa: F401  (registers the CUDA IPC reductions u
 
 from kernelflow.eval.cache import Reference, ReferenceCache, reference_key
 from kernelflow.eval.config import EvalConfig
-from kernelflow.eval.correctness import CompareResult, check_against_reference, compare
+from kernelflow.eval.correctness import CompareResult, as_reference_input, check_against_reference, compare
 from kernelflow.eval.prewarm import SpawnSpec, WarmPool, WorkerHandle, WorkerStartError
 from kernelflow.eval.verdict import Check, Status
-from kernelflow.tasks import KERNELBENCH_TOLERANCE, Task, generate_input
+from kernelflow.tasks import KERNELBENCH_TOLERANCE, Task, generate_inputs
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class CallSpec:
     label: str  # "seed 3", "odd shape", "repeat of seed 0", "timed 4"
-    shape: tuple[int, ...]
+    shapes: tuple[tuple[int, ...], ...]  # every input's shape, in forward's argument order
     seed: int
     main: bool  # main shape: its times feed the median
     timed: bool  # one of the final `timed_runs` calls
@@ -74,11 +74,12 @@ def build_plan(task: Task, config: EvalConfig, seeds: list[int], backend: str = 
     Under the interpreter nothing is timed, so only two of the final calls are made: they still
     check that fresh inputs in the same buffers give fresh, correct outputs.
     """
-    main_shape = task.shape(config.shape)
+    main_shape = tuple(task.input_shapes(config.shape))
     final_calls = config.timed_runs if backend == "cuda" else min(2, config.timed_runs)
     plan = [CallSpec(f"seed {s}", main_shape, s, main=True, timed=False) for s in seeds]
     if config.check_odd_shape:
-        plan.append(CallSpec("odd shape", task.shape(config.shape, odd=True), seeds[-1] + 1000, main=False, timed=False))
+        odd = tuple(task.input_shapes(config.shape, odd=True))
+        plan.append(CallSpec("odd shape", odd, seeds[-1] + 1000, main=False, timed=False))
     if config.check_determinism:
         plan.append(CallSpec(f"repeat of seed {seeds[0]}", main_shape, seeds[0], main=True, timed=False, repeat_of=0))
     for j in range(final_calls):
@@ -109,7 +110,8 @@ class JudgeSession:
         self.proc: subprocess.Popen | None = None
         self.conn = None
         self.deadline = 0.0
-        self.buffers: dict[tuple, dict[str, torch.Tensor]] = {}
+        self.buffers: dict[tuple, dict] = {}
+        self.output_specs: dict[tuple, tuple[tuple[int, ...], torch.dtype]] = {}
         self.ref_model = None
 
     # ---- process -------------------------------------------------------------------------------
@@ -188,21 +190,39 @@ class JudgeSession:
         return SessionOutcome(Status.CRASHED.value, {"worker_alive": Check(False, why)}, why, log_tail=self._log_tail())
 
     # ---- calls -----------------------------------------------------------------------------------
-    def _buffers_for(self, shape: tuple) -> dict[str, torch.Tensor]:
-        if shape not in self.buffers:
+    def _output_spec(self, shapes: tuple) -> tuple[tuple[int, ...], torch.dtype]:
+        """The shape and dtype forward must return for inputs of `shapes`, from the reference on the meta device.
+
+        A floating reference result means the task's dtype (the reference runs in float64); an integer
+        one (argmax indices) keeps its dtype.
+        """
+        if shapes not in self.output_specs:
+            import copy
+
+            meta_model = copy.deepcopy(self.ref_model).to("meta")
             dtype = getattr(torch, self.task.dtype)
-            buf = {"input": torch.empty(shape, dtype=dtype, device=self.device),
-                   "output": torch.empty(shape, dtype=dtype, device=self.device),
-                   "scratch": torch.empty(shape, dtype=dtype, device=self.device)}
-            self.conn.send({"op": "map", "slot": str(shape), "input": buf["input"], "output": buf["output"]})
+            with torch.no_grad():
+                out = meta_model(*[torch.empty(s, dtype=torch.float64, device="meta") for s in shapes])
+            out_dtype = dtype if out.dtype.is_floating_point else out.dtype
+            self.output_specs[shapes] = (tuple(out.shape), out_dtype)
+        return self.output_specs[shapes]
+
+    def _buffers_for(self, shapes: tuple) -> dict:
+        if shapes not in self.buffers:
+            dtype = getattr(torch, self.task.dtype)
+            out_shape, out_dtype = self._output_spec(shapes)
+            buf = {"inputs": [torch.empty(s, dtype=dtype, device=self.device) for s in shapes],
+                   "output": torch.empty(out_shape, dtype=out_dtype, device=self.device),
+                   "scratch": [torch.empty(s, dtype=dtype, device=self.device) for s in shapes]}
+            self.conn.send({"op": "map", "slot": str(shapes), "inputs": buf["inputs"], "output": buf["output"]})
             msg = self._recv_json()
             if msg.get("event") != "mapped":
                 raise EOFError("worker did not map the buffers")
-            self.buffers[shape] = buf
-        return self.buffers[shape]
+            self.buffers[shapes] = buf
+        return self.buffers[shapes]
 
     def _reference(self, spec: CallSpec) -> Reference | None:
-        """The call's input and float64 reference from the cache (computed and stored on a miss).
+        """The call's inputs and float64 reference from the cache (computed and stored on a miss).
 
         Kept on the CPU even for a CUDA session: a tensor of ours in device memory could share an
         allocator segment with the buffers the worker maps over CUDA IPC, and a kernel can read past
@@ -211,61 +231,69 @@ class JudgeSession:
         if self.references is None or self.ref_model is None:
             return None
         dtype = getattr(torch, self.task.dtype)
-        numel = 1
-        for d in spec.shape:
-            numel *= d
-        if not self.references.fits(numel * (dtype.itemsize + 8)):
+        out_shape, _ = self._output_spec(spec.shapes)
+        numel_in = sum(_numel(s) for s in spec.shapes)
+        if not self.references.fits(numel_in * dtype.itemsize + _numel(out_shape) * 8):
             return None
-        key = reference_key(task_id=self.task.task_id, shape=spec.shape, seed=spec.seed, distribution=self.distribution,
-                            dtype=self.task.dtype, device=str(self.device), evaluator_version=self.evaluator_version)
+        key = reference_key(task_id=self.task.task_id, shapes=spec.shapes, seed=spec.seed,
+                            distribution=self.distribution, dtype=self.task.dtype, device=str(self.device),
+                            evaluator_version=self.evaluator_version)
         ref = self.references.get(key)
         if ref is None:
-            x = generate_input(spec.shape, spec.seed, self.distribution, self.device, dtype=dtype)
+            xs = generate_inputs(spec.shapes, spec.seed, self.distribution, self.device, dtype=dtype)
             with torch.no_grad():
-                expected = self.ref_model(x.to(torch.float64))
-            ref = Reference(x.cpu(), expected.cpu())
-            del x, expected
+                expected = self.ref_model(*[as_reference_input(x) for x in xs])
+            ref = Reference(tuple(x.cpu() for x in xs), expected.cpu())
+            del xs, expected
             self.references.put(key, ref)
         return ref
 
     def _run_call(self, spec: CallSpec, first: bool,
-                  ref: Reference | None = None) -> tuple[dict, torch.Tensor | None, torch.Tensor]:
-        """Send one call; returns (reply, output or None, input as given). `ref`: cached input to use."""
+                  ref: Reference | None = None) -> tuple[dict, torch.Tensor | None, list[torch.Tensor]]:
+        """Send one call; returns (reply, output or None, inputs as given). `ref`: cached inputs to use."""
         dtype_name = self.task.dtype
-        msg = {"op": "call", "shape": list(spec.shape), "dtype": dtype_name, "first": first, "slot": None}
+        out_shape, out_dtype = self._output_spec(spec.shapes)
+        msg = {"op": "call", "shapes": [list(s) for s in spec.shapes], "dtype": dtype_name,
+               "out_shape": list(out_shape), "out_dtype": str(out_dtype).removeprefix("torch."),
+               "first": first, "slot": None}
         if self.device.type == "cuda":
-            buf = self._buffers_for(spec.shape)
+            buf = self._buffers_for(spec.shapes)
             if ref is not None:
-                buf["input"].copy_(ref.input)
+                for dst, src in zip(buf["inputs"], ref.inputs, strict=True):
+                    dst.copy_(src)
             else:
-                generate_input(spec.shape, spec.seed, self.distribution, self.device, out=buf["input"])
-            buf["output"].fill_(float("nan"))  # a worker that never copies its output leaves NaN here
+                generate_inputs(spec.shapes, spec.seed, self.distribution, self.device, out=buf["inputs"])
+            # A worker that never copies its output leaves NaN (or the smallest integer) here.
+            buf["output"].fill_(float("nan") if out_dtype.is_floating_point else torch.iinfo(out_dtype).min)
             torch.cuda.synchronize(self.device)
-            msg["slot"] = str(spec.shape)
+            msg["slot"] = str(spec.shapes)
             self.conn.send(msg)
             reply = self._recv_json()
             torch.cuda.synchronize(self.device)
-            return reply, (buf["output"] if reply.get("output_problem") is None else None), buf["input"]
-        x = ref.input if ref is not None else generate_input(spec.shape, spec.seed, self.distribution, "cpu")
-        msg["input_bytes"] = x.numpy().tobytes()
+            return reply, (buf["output"] if reply.get("output_problem") is None else None), buf["inputs"]
+        xs = list(ref.inputs) if ref is not None else generate_inputs(spec.shapes, spec.seed, self.distribution, "cpu")
+        msg["input_bytes"] = [x.numpy().tobytes() for x in xs]
         self.conn.send(msg)
         reply = self._recv_json()
         if reply.get("event") != "called" or reply.get("output_problem") is not None:
-            return reply, None, x
-        nbytes = x.numel() * x.element_size()
-        out = torch.frombuffer(bytearray(self._recv_raw(nbytes)), dtype=x.dtype).reshape(spec.shape)
-        after = torch.frombuffer(bytearray(self._recv_raw(nbytes)), dtype=x.dtype).reshape(spec.shape)
-        reply["input_changed"] = not torch.equal(after, x)
-        return reply, out, x
+            return reply, None, xs
+        out_bytes = _numel(out_shape) * out_dtype.itemsize
+        out = torch.frombuffer(bytearray(self._recv_raw(out_bytes)), dtype=out_dtype).reshape(out_shape)
+        changed = False
+        for x in xs:
+            after = torch.frombuffer(bytearray(self._recv_raw(x.numel() * x.element_size())), dtype=x.dtype)
+            changed = changed or not torch.equal(after.reshape(x.shape), x)
+        reply["input_changed"] = changed
+        return reply, out, xs
 
-    def _input_changed(self, spec: CallSpec, given: torch.Tensor, reply: dict, ref: Reference | None = None) -> bool:
+    def _input_changed(self, spec: CallSpec, given: list[torch.Tensor], reply: dict, ref: Reference | None = None) -> bool:
         if "input_changed" in reply:
             return bool(reply["input_changed"])
         if ref is not None:
-            return not torch.equal(given.cpu(), ref.input)
-        scratch = self.buffers[spec.shape]["scratch"]
-        generate_input(spec.shape, spec.seed, self.distribution, self.device, out=scratch)
-        return not torch.equal(scratch, given)
+            return any(not torch.equal(g.cpu(), r) for g, r in zip(given, ref.inputs, strict=True))
+        scratch = self.buffers[spec.shapes]["scratch"]
+        generate_inputs(spec.shapes, spec.seed, self.distribution, self.device, out=scratch)
+        return any(not torch.equal(a, g) for a, g in zip(scratch, given, strict=True))
 
     def _judge_reply(self, spec: CallSpec, reply: dict, checks: dict[str, Check]) -> SessionOutcome | None:
         """Runtime controls reported by the worker; an outcome if one failed."""
@@ -379,7 +407,8 @@ class JudgeSession:
             if ref is not None:  # the reference of the pristine input, computed before the call
                 result = compare(out.cpu(), ref.expected, self.tolerance)
             else:
-                result = check_against_reference(self.ref_model, given, out, self.tolerance)
+                result = check_against_reference(self.ref_model, given, out, self.tolerance,
+                                                 rows_independent=self.task.rows_independent)
             ref_s += time.monotonic() - t_ref
             last = result
             if not result.passed:
@@ -413,6 +442,13 @@ class JudgeSession:
             correctness_s=(t_timing or now) - t_calls, timing_s=(now - t_timing) if t_timing else None,
             reference_s=ref_s,
         )
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def median_or_none(values: list[float]) -> float | None:

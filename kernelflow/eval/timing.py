@@ -112,14 +112,17 @@ class TimingResult:
 
 
 def time_cuda(
-    fn: Callable[[torch.Tensor], object],
-    make_input: Callable[[int], torch.Tensor],
+    fn: Callable[..., object],
+    make_input: Callable[[int], torch.Tensor | list[torch.Tensor]],
     runs: int,
     warmup: int = 2,
     l2_flush_mb: int = 256,
     device: torch.device | None = None,
 ) -> TimingResult:
-    """Median time of `fn(make_input(i))` over `runs` calls after `warmup` untimed ones."""
+    """Median time of `fn(make_input(i))` over `runs` calls after `warmup` untimed ones.
+
+    When `make_input` returns a list, its tensors are passed as separate arguments: `fn(*inputs)`.
+    """
     device = device or torch.device("cuda")
     overhead = timer_overhead_ms(device)
     flush = torch.empty(l2_flush_mb << 20, dtype=torch.uint8, device=device)
@@ -132,7 +135,7 @@ def time_cuda(
         cover_launch_latency()
         start.record()
         with torch.no_grad():
-            fn(x)
+            fn(*x) if isinstance(x, list | tuple) else fn(x)
         torch.cuda.synchronize(device)
         end.record()
         end.synchronize()

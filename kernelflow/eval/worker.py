@@ -151,17 +151,20 @@ class Worker:
     def _inputs_for(self, msg: dict) -> list:
         torch = self.torch
         if msg.get("slot") is not None:
-            return [self.buffers[msg["slot"]]["input"]]
-        raw = msg["input_bytes"]
-        x = torch.frombuffer(bytearray(raw), dtype=getattr(torch, msg["dtype"])).reshape(msg["shape"])
-        return [x]
+            return list(self.buffers[msg["slot"]]["inputs"])
+        dtype = getattr(torch, msg["dtype"])
+        return [torch.frombuffer(bytearray(raw), dtype=dtype).reshape(shape)
+                for raw, shape in zip(msg["input_bytes"], msg["shapes"], strict=True)]
 
     def call(self, msg: dict) -> None:
         torch = self.torch
         inputs = self._inputs_for(msg)
-        x = inputs[0]
-        expected_shape = tuple(msg["shape"])
-        self._poison(x.numel() * x.element_size())
+        expected_shape = tuple(msg["out_shape"])
+        out_dtype = getattr(torch, msg["out_dtype"])
+        numel = 1
+        for d in expected_shape:
+            numel *= d
+        self._poison(numel * out_dtype.itemsize)
         cuda = self.device.type == "cuda"
         launches0 = self.counter.own
         threads0 = threading.active_count()
@@ -217,7 +220,7 @@ class Worker:
         result["tampered"] = [k for k, v in identity_snapshot().items() if self.identities.get(k) != v]
         if not self.counter.intact():
             result["tampered"].append("triton launch methods")
-        problem = self._output_problem(out, inputs, expected_shape, msg["dtype"])
+        problem = self._output_problem(out, inputs, expected_shape, msg["out_dtype"])
         result["output_problem"] = problem
         if problem is None:
             if cuda:
@@ -229,7 +232,8 @@ class Worker:
         self.send(result)
         if problem is None and not cuda:
             self.conn.send_bytes(out.detach().contiguous().numpy().tobytes())
-            self.conn.send_bytes(x.detach().numpy().tobytes())
+            for x in inputs:  # as they are after the call: the judge checks they were left unchanged
+                self.conn.send_bytes(x.detach().numpy().tobytes())
 
     def _output_problem(self, out, inputs, shape: tuple, dtype: str) -> str | None:
         """Why the output cannot be accepted as a plain, owned result tensor (None if it can)."""
@@ -256,7 +260,7 @@ class Worker:
         return None
 
     def map_buffers(self, msg: dict) -> None:
-        self.buffers[msg["slot"]] = {"input": msg["input"], "output": msg["output"]}
+        self.buffers[msg["slot"]] = {"inputs": msg["inputs"], "output": msg["output"]}
         self.send({"event": "mapped"})
 
     def serve(self) -> None:

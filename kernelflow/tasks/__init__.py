@@ -7,7 +7,7 @@ This layer imports only the standard library and torch.
 """
 
 from kernelflow.tasks.families import FAMILY_GROUPS, FAMILY_ROLES, FAMILY_TASKS, families_hash, family_task_ids
-from kernelflow.tasks.inputs import generate_input
+from kernelflow.tasks.inputs import generate_input, generate_inputs, input_seed
 from kernelflow.tasks.prompts import (
     build_messages,
     build_prompt_text,
@@ -44,6 +44,8 @@ __all__ = [
     "family_task_ids",
     "feedback_message",
     "generate_input",
+    "generate_inputs",
+    "input_seed",
     "get_task",
     "suite_hash",
     "task_ids",

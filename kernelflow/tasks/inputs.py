@@ -56,3 +56,26 @@ def generate_input(
     sign = torch.randint(0, 2, (k,), generator=gen, device=device, dtype=torch.int8).to(torch.float32) * 2 - 1
     flat[idx] = (mag * sign).to(dtype)
     return out
+
+
+def input_seed(seed: int, index: int) -> int:
+    """The seed of a call's `index`-th input: the call's seed for the first, a distinct stream for the others.
+
+    The first input keeps the call's own seed, so single-input tasks draw exactly what they always did.
+    """
+    return int(seed) if index == 0 else int(seed) + 1_000_003 * index
+
+
+def generate_inputs(
+    shapes: list[tuple[int, ...]] | tuple[tuple[int, ...], ...],
+    seed: int,
+    distribution: str = "signed_wide",
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+    out: list[torch.Tensor] | None = None,
+) -> list[torch.Tensor]:
+    """Every input of one call (`shapes` in forward's argument order); writes into `out` when given."""
+    if out is not None and len(out) != len(shapes):
+        raise ValueError(f"out has {len(out)} tensors for {len(shapes)} input shapes")
+    return [generate_input(tuple(s), input_seed(seed, i), distribution, device, dtype=dtype,
+                           out=None if out is None else out[i]) for i, s in enumerate(shapes)]

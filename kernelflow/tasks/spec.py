@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -22,15 +23,23 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 @dataclass(frozen=True)
 class ShapeProfile:
-    """Input shapes of one profile: `shape` is judged and timed, `odd_shape` is checked only."""
+    """Input shapes of one profile: `shape` is judged and timed, `odd_shape` is checked only.
+
+    `shape` / `odd_shape` are the first input's; tasks with more inputs (a matmul's B, a loss's
+    targets) list the shapes of the others in `extra` / `odd_extra`, in `forward`'s argument order.
+    """
 
     shape: tuple[int, ...]
     odd_shape: tuple[int, ...]
+    extra: tuple[tuple[int, ...], ...] = ()
+    odd_extra: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self) -> None:
-        for s in (self.shape, self.odd_shape):
+        for s in (self.shape, self.odd_shape, *self.extra, *self.odd_extra):
             if not s or any(int(d) <= 0 for d in s):
                 raise ValueError(f"shape {s} must be a non-empty tuple of positive ints")
+        if len(self.extra) != len(self.odd_extra):
+            raise ValueError(f"extra inputs {self.extra} and odd_extra {self.odd_extra} must list the same inputs")
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,14 @@ class Task:
     distribution: str = "signed_wide"
     description: str = ""
     init_inputs: tuple = field(default=())
+    # Floor traffic and arithmetic from the input shapes, for tasks whose cost is not proportional to
+    # the first input's size (a matmul: 2MNK flops; a reduction: a smaller output). Returns
+    # (bytes_min, flops); None: `bytes_per_element` / `flops_per_element` times the first input's numel.
+    cost: Callable[[Sequence[tuple[int, ...]]], tuple[float, float]] | None = field(default=None, compare=False)
+    # Whether output row i depends only on row i of the first input (the other inputs whole): then the
+    # judge computes float64 references in row chunks. False for whole-tensor results (a loss, a
+    # Frobenius norm, batch statistics), whose references are computed in one piece.
+    rows_independent: bool = True
 
     def __post_init__(self) -> None:
         missing = [p for p in SHAPE_PROFILES if p not in self.profiles]
@@ -97,14 +114,25 @@ class Task:
         p = self.profiles[profile]
         return p.odd_shape if odd else p.shape
 
+    def input_shapes(self, profile: str, odd: bool = False) -> list[tuple[int, ...]]:
+        """The shapes of every input of `forward`, in argument order (the first is `shape(profile, odd)`)."""
+        p = self.profiles[profile] if profile in self.profiles else None
+        if p is None:
+            raise KeyError(f"unknown shape profile {profile!r}; choose one of {SHAPE_PROFILES}")
+        return [self.shape(profile, odd), *(p.odd_extra if odd else p.extra)]
+
     def numel(self, profile: str) -> int:
         return math.prod(self.shape(profile))
 
     def bytes_min(self, profile: str) -> float:
         """Minimal bytes moved through device memory for one forward at `profile`'s main shape."""
+        if self.cost is not None:
+            return float(self.cost(self.input_shapes(profile))[0])
         return self.bytes_per_element * self.numel(profile)
 
     def flops(self, profile: str) -> float:
+        if self.cost is not None:
+            return float(self.cost(self.input_shapes(profile))[1])
         return self.flops_per_element * self.numel(profile)
 
     def load_module(self) -> ModuleType:
@@ -120,7 +148,7 @@ class Task:
 
     def to_dict(self) -> dict:
         """A JSON-friendly summary (used for the suite hash and `kernelflow tasks --json`)."""
-        return {
+        d = {
             "task_id": self.task_id,
             "group": self.group,
             "dtype": self.dtype,
@@ -131,3 +159,12 @@ class Task:
             "flops_per_element": self.flops_per_element,
             "init_inputs": list(self.init_inputs),
         }
+        # Keys only tasks with several inputs or their own cost have, so older tasks' hashes stay put.
+        if any(p.extra for p in self.profiles.values()):
+            d["shapes"] = {k: {**d["shapes"][k], "extra": [list(e) for e in v.extra],
+                               "odd_extra": [list(e) for e in v.odd_extra]} for k, v in self.profiles.items()}
+        if self.cost is not None:
+            d["cost"] = {k: [self.bytes_min(k), self.flops(k)] for k in self.profiles}
+        if not self.rows_independent:
+            d["rows_independent"] = False
+        return d

@@ -146,7 +146,7 @@ def test_concurrent_use_of_many_keys_stays_within_capacity():
 
 
 def _ref(n: int) -> Reference:
-    return Reference(torch.zeros(n, dtype=torch.float32), torch.zeros(n, dtype=torch.float64))  # 12 n bytes
+    return Reference((torch.zeros(n, dtype=torch.float32),), torch.zeros(n, dtype=torch.float64))  # 12 n bytes
 
 
 def test_reference_cache_is_bounded_by_bytes_and_never_holds_an_entry_larger_than_the_budget():
