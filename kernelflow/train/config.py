@@ -93,6 +93,9 @@ class SFTSettings:
     # How many equivalent formulas each task's answers draw from (corpus.py has 2 per task, and 2 wrong
     # ones): 1 leaves block size and warps as the only variation, which a small model learns in fewer steps.
     variety: int = 2
+    # Two-turn examples per task, as a share of examples_per_task: a mistaken answer, the feedback's first
+    # line, then a correct answer; without them the policy answers feedback with prose (no_code).
+    second_turn_share: float = 0.25
     corpus_seed: int = 0
     epochs: float = 4.0
     batch_size: int = 8
@@ -123,6 +126,8 @@ class SFTSettings:
         for name in ("examples_per_task", "batch_size", "max_length", "variety"):
             if getattr(self, name) < 1:
                 p.append(f"{name}={getattr(self, name)} (must be >= 1)")
+        if not 0.0 <= self.second_turn_share <= 1.0:
+            p.append(f"second_turn_share={self.second_turn_share} (must be in [0, 1])")
         if not self.epochs > 0:
             p.append(f"epochs={self.epochs} (must be > 0)")
         if not self.learning_rate > 0:

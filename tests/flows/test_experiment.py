@@ -107,7 +107,8 @@ def test_per_task_metrics_for_all_ten_tasks_in_both_evaluations(smoke):
             for key in OUTCOME_KEYS:
                 assert f"{stage}/{task}/{key}" in parent, (stage, task, key)
                 assert f"{task}/{key}" in nested
-        assert parent[f"{stage}/group/overall/first_correct"] == 0.0  # a tiny random model solves nothing
+        # the smoke policy (the reduced SFT policy) writes real kernels: some tasks are solved
+        assert parent[f"{stage}/group/overall/first_correct"] > 0.0
     history = smoke.client.get_metric_history(runs[smoke.run_dir.name].info.run_id, "train/reward_mean")
     assert sorted(m.step for m in history) == [1, 2, 3, 4]  # one per update, logged once
 
@@ -121,7 +122,9 @@ def test_provenance_tags_and_params(smoke):
                 "evaluator.version", "env.backend", "env.device", "env.config_hash"):
         assert tags.get(key), key
     assert tags["tasks.kernelbench_revision"] == "423217d9fda91e0c2d67e4a43bf62f96f6d104f1"
-    assert tags["policy.is_tiny_random"] == "true" and tags["config.hash"].startswith(smoke.run_dir.name[-12:])
+    assert tags["policy.built_here"] == "true" and tags["policy.is_tiny_random"] == "false"
+    assert tags["model.source"] == "sft" and tags["config.hash"].startswith(smoke.run_dir.name[-12:])
+    assert parent.data.metrics["seed_validation/validated"] >= 1  # a solved task was re-judged on extra seeds
     assert any(k.startswith("adapter.sha256.") and len(v) == 64 for k, v in tags.items())
     params = parent.data.params
     assert params["trainer.estimator"] == "dr_grpo" and params["eval.reward.speed_weight"] == "2.7"
@@ -149,11 +152,13 @@ def test_artifacts_hold_kernels_transcripts_adapter_and_report(smoke):
 def test_the_report_and_the_final_line(smoke):
     report = smoke.run_dir / "report" / "report.md"
     text = report.read_text()
-    assert "tiny random model" in text and "| **overall, first turn** | 10 | 0 | 0 |" in text
+    assert "pre-trained here on a synthetic corpus" in text
+    row = next(line for line in text.splitlines() if line.startswith("| **overall, first turn** | 10 |"))
+    assert int(row.split("|")[3]) > 0, row  # non-zero rows: the baseline solves something
     assert "fast_p" in text
     last = smoke.done.out.strip().splitlines()[-1]
     assert last.startswith(f"kernelflow: run complete: {smoke.run_dir} ; report: {report} ; MLflow: run ")
-    assert "tiny random model" in smoke.done.out
+    assert "pre-trained here on a synthetic corpus" in smoke.done.out
 
 
 def test_prefect_shows_both_attempts_and_the_report_artifact(smoke, prefect_api):
