@@ -33,6 +33,11 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
+def _shapes(task, profile: str) -> str:
+    """Every input's shape, e.g. `4096x4096, 4096x4096` for a matmul."""
+    return ", ".join("x".join(map(str, shape)) for shape in task.input_shapes(profile))
+
+
 def _list_families(args: argparse.Namespace) -> int:
     """The second-tier suite (kernelflow/tasks/families.py), by group, with each group's role."""
     from kernelflow.tasks import FAMILY_GROUPS, FAMILY_ROLES, FAMILY_TASKS
@@ -44,8 +49,8 @@ def _list_families(args: argparse.Namespace) -> int:
         print(f"{group} ({FAMILY_ROLES[group]}):")
         for task in FAMILY_TASKS.values():
             if task.group == group:
-                small, full = task.shape("small"), task.shape("full")
-                print(f"  {task.task_id:<20} small {'x'.join(map(str, small)):<10} full {'x'.join(map(str, full))}")
+                small, full = _shapes(task, "small"), _shapes(task, "full")
+                print(f"  {task.task_id:<36} small {small:<20} full {full}")
     return 0
 
 
