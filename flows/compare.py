@@ -219,7 +219,6 @@ def compare(runs: Sequence[SeedRun], out: Path, experiment: str = "", resamples:
         "config_differences": config_differences(used),
         "tiny": any(r.params.get("model.source") == "tiny" for r in used),
         "policy_sources": sorted({r.params.get("model.source", "?") for r in used}),
-        "sft": any(r.params.get("model.source") == "sft" for r in used),
         "metrics": stats,
     }
     (out / "comparison.json").write_text(json.dumps(numbers, indent=2, sort_keys=True, default=str) + "\n")
@@ -262,10 +261,6 @@ def render(numbers: Mapping[str, Any]) -> str:
     if numbers.get("tiny"):
         lines += ["**These runs' policy is the tiny random model** (the smoke preset): it writes no working kernels, "
                   "so every number below is expected to be zero; the comparison checks the pipeline, not the method.", ""]
-    if numbers.get("sft"):
-        lines += ["**These runs' policy is the synthetic SFT policy** (the smoke and learnability presets, "
-                  "docs/learnability.md): a small model pre-trained here; the comparison shows whether the loop "
-                  "learns, nothing about any real model.", ""]
     if "sft" in numbers.get("policy_sources", []):
         lines += ["**These runs' policy is a small model pre-trained here on a synthetic corpus** (`model.source=sft`): "
                   "its numbers show whether the loop learns, nothing about any real model.", ""]

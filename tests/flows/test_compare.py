@@ -163,7 +163,9 @@ def test_comparison_numbers(store):
         assert (out / png).stat().st_size > 1000
     md = (out / "compare.md").read_text()
     assert "over 3 seed(s)" in md
-    assert result.numbers["tiny"] and "tiny random model" in md                  # the smoke preset's policy
+    # the smoke preset's policy is the reduced SFT policy (conf/model/sft_small.yaml)
+    assert result.numbers["policy_sources"] == ["sft"] and "pre-trained here on a synthetic corpus" in md
+    assert not result.numbers["tiny"] and "tiny random model" not in md
     assert ("| 19_ReLU | train | 0.00 [0.00, 0.00] | 0.67 [0.33, 1.00] | 0.33 [0.00, 0.67] | 1.00 [1.00, 1.00] "
             "| 0.67 [0.33, 1.00] |") in md
     assert "| fast_1.2 vs eager | 0.00 [0.00, 0.00] | 0.10 [0.10, 0.10] | 0.10 [0.10, 0.10] |" in md
@@ -173,9 +175,8 @@ def test_comparison_numbers(store):
     assert "| pass@1 by 2nd | — | 0.07 [0.07, 0.07] (2 of 3 seeds) | — |" in md
     assert "| train: pass@1 | — | 0.12 [0.12, 0.12] (2 of 3 seeds) | — |" in md
     # the note follows the runs' policy source
-    assert "synthetic corpus" not in md
-    sft = render({**result.numbers, "tiny": False, "policy_sources": ["sft"]})
-    assert "pre-trained here on a synthetic corpus" in sft and "tiny random model" not in sft
+    tiny = render({**result.numbers, "tiny": True, "policy_sources": ["tiny"]})
+    assert "synthetic corpus" not in tiny and "tiny random model" in tiny
 
 
 def test_groups_include_the_families_when_a_run_names_them(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 
 from flows import results
 from flows.config import to_experiment_config
-from flows.report import TINY_WARNING, artifact_key, write_report
+from flows.report import SFT_WARNING, TINY_WARNING, artifact_key, write_report
 from flows.run_dir import RunDir, write_json
 from tests.flows.conftest import compose_config
 
@@ -72,7 +72,7 @@ def test_report_from_stored_results(tmp_path):
                           "25_Swish": {"correct": 2, "passed": True}}})
     rendered = write_report(run, config)
     text = rendered.path.read_text()
-    assert TINY_WARNING in text
+    assert SFT_WARNING in text and TINY_WARNING not in text  # the smoke policy is the reduced SFT policy
     assert "| train | 4 | 0 | 2 |" in text and "| **overall, first turn** | 10 | 0 | 2 |" in text
     assert "| 19_ReLU | train | no_code / no_code | ok | 0.000 | 2.500 | 1.0000 | — | 1.50 | 2/2 |" in text
     assert "| 1.2 | 0.00 | 0.10 |" in text
