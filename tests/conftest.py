@@ -24,3 +24,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def model_cache(tmp_path_factory):
+    """One directory for the locally built policies of the whole test session.
+
+    Builds are keyed by a hash of their settings and guarded by a file lock (kernelflow/train/tiny.py,
+    sft.py), so tests that need the same policy (the smoke flow, the seed comparison, the learnability
+    test) build it once instead of once per module.
+    """
+    return tmp_path_factory.mktemp("model-cache")

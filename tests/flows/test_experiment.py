@@ -44,11 +44,11 @@ def _runs(client, name):
 
 
 @pytest.fixture(scope="module")
-def smoke(prefect_api, tmp_path_factory):
+def smoke(prefect_api, tmp_path_factory, model_cache):
     _, env = prefect_api
     root = tmp_path_factory.mktemp("smoke")
     runs = root / "runs"
-    args = [sys.executable, "-m", "flows.experiment", f"tracking.runs_root={runs}", f"model.cache_dir={root / 'tiny'}"]
+    args = [sys.executable, "-m", "flows.experiment", f"tracking.runs_root={runs}", f"model.cache_dir={model_cache}"]
     failed = _run(args, root, {**env, "KERNELFLOW_FAIL_STAGE": "trained_eval"})
     assert failed.rc == 1, failed.out[-3000:] + failed.err[-3000:]
     [run_dir] = [p for p in runs.iterdir() if p.is_dir() and p.name.startswith("smoke-")]

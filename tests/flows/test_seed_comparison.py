@@ -46,11 +46,11 @@ def _cells(md: str, label: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def compared(prefect_api, tmp_path_factory):
+def compared(prefect_api, tmp_path_factory, model_cache):
     _, env = prefect_api
     root = tmp_path_factory.mktemp("seeds")
     runs = root / "runs"
-    overrides = [f"tracking.runs_root={runs}", f"model.cache_dir={root / 'tiny'}", f"tracking.experiment={EXPERIMENT}",
+    overrides = [f"tracking.runs_root={runs}", f"model.cache_dir={model_cache}", f"tracking.experiment={EXPERIMENT}",
                  "validation=none", "evaluation.samples=2", "evaluation.attempts=1", "tasks=families",
                  *(f"tasks.{g}=[{','.join(ids)}]" for g, ids in PILOT_GROUPS.items())]
     start = time.monotonic()

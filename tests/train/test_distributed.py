@@ -132,14 +132,14 @@ def test_two_process_update_equals_single_process_update(tiny_policy_config, tmp
 
 
 @pytest.mark.slow
-def test_the_flow_runs_a_training_epoch_as_a_two_process_job(tmp_path):
+def test_the_flow_runs_a_training_epoch_as_a_two_process_job(tmp_path, model_cache):
     """The smoke experiment with trainer.data_parallel.num_processes=2: the epoch stage launches
     flows.train_job on two gloo ranks, and rank 0's files are what the in-process path writes."""
     runs = tmp_path / "runs"
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect"), "HF_HUB_OFFLINE": "1"}
     env.pop("PREFECT_API_URL", None)
     cmd = [sys.executable, "-m", "flows.experiment", "trainer.data_parallel.num_processes=2", "validation=none",
-           f"tracking.runs_root={runs}", f"model.cache_dir={tmp_path / 'tiny'}"]
+           f"tracking.runs_root={runs}", f"model.cache_dir={model_cache}"]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "data-parallel over 2 processes" in proc.stdout

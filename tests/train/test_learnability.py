@@ -38,9 +38,9 @@ TRAIN = ("19_ReLU", "20_LeakyReLU", "21_Sigmoid", "22_Tanh")
 
 
 @pytest.fixture(scope="module")
-def policy_config(tmp_path_factory) -> PolicyConfig:
+def policy_config(model_cache) -> PolicyConfig:
     data = OmegaConf.to_container(OmegaConf.load(CONF), resolve=True)
-    data["cache_dir"] = str(tmp_path_factory.mktemp("sft-models"))
+    data["cache_dir"] = str(model_cache)
     return PolicyConfig(**data)
 
 
