@@ -123,31 +123,46 @@ def provenance_stage(ctx: RunContext) -> dict:
     return run_stage(ctx, "provenance", body)
 
 
+def _evaluation_loop(ctx: RunContext, stage: str, before_training: bool):
+    """The trainer loop with the policy an evaluation stage needs (untrained, or after every epoch)."""
+    loop = ctx.loop()
+    expected = 0 if before_training else ctx.config.trainer.epochs
+    if loop.epochs_completed != expected:
+        raise RuntimeError(f"{stage} needs the policy after {expected} epoch(s), but it has {loop.epochs_completed}")
+    ctx.recorder = Recorder(stage)
+    return loop
+
+
+def _store_evaluation(ctx: RunContext, run_id: str, stage: str, records: list[dict],
+                      metrics: dict[str, float | None]) -> dict:
+    """Write an evaluation's records (tagged with their task group) and submissions, log its metrics to
+    its own run and, prefixed with the stage, to the parent, and upload the stage's files; returns the
+    recorder's counts."""
+    d = ctx.run.stage_dir(stage)
+    for r in records:
+        r["group"] = ctx.config.tasks.group_of(r["task_id"])
+    write_json(d / "results.json", records)
+    counts = ctx.recorder.write(d)
+    ctx.tracker.log_metrics(run_id, metrics)
+    ctx.tracker.log_metrics(ctx.tracker.parent_id, {f"{stage}/{k}": v for k, v in metrics.items()})
+    ctx.tracker.log_artifacts(run_id, d, stage)
+    return counts
+
+
 @task(name="greedy-evaluation", task_run_name="{stage}", cache_policy=NO_CACHE)
 def eval_stage(ctx: RunContext, stage: str) -> dict:
     """Greedy evaluation of every task (two attempts): the base model before training, the adapter after."""
 
     def body(run_id: str) -> dict:
-        cfg, run, tracker = ctx.config, ctx.run, ctx.tracker
-        loop = ctx.loop()
-        expected = 0 if stage == "baseline_eval" else cfg.trainer.epochs
-        if loop.epochs_completed != expected:
-            raise RuntimeError(f"{stage} needs the policy after {expected} epoch(s), but it has {loop.epochs_completed}")
-        ctx.recorder = Recorder(stage)
+        cfg = ctx.config
+        loop = _evaluation_loop(ctx, stage, before_training=stage == "baseline_eval")
         records = [r.to_dict() for r in loop.greedy_evaluate(list(cfg.tasks.all), seed=cfg.trainer.env_seed)]
-        d = run.stage_dir(stage)
-        for r in records:
-            r["group"] = cfg.tasks.group_of(r["task_id"])
-        write_json(d / "results.json", records)
-        counts = ctx.recorder.write(d)
         outs = results.outcomes(records)
         metrics: dict[str, float | None] = {}
         for o in outs.values():
             metrics.update(results.task_metrics(o))
         metrics.update(results.summary_metrics(outs, cfg.tasks.groups))
-        tracker.log_metrics(run_id, metrics)
-        tracker.log_metrics(tracker.parent_id, {f"{stage}/{k}": v for k, v in metrics.items()})
-        tracker.log_artifacts(run_id, d, stage)
+        counts = _store_evaluation(ctx, run_id, stage, records, metrics)
         table = results.group_counts(outs, cfg.tasks.groups)
         print(f"{stage}: " + ", ".join(f"{g} {c['first']}/{c['tasks']} first, {c['correct']}/{c['tasks']} by 2nd"
                                        for g, c in table.items()))
@@ -166,27 +181,16 @@ def sampled_eval_stage(ctx: RunContext, stage: str) -> dict:
     """
 
     def body(run_id: str) -> dict:
-        cfg, run, tracker = ctx.config, ctx.run, ctx.tracker
-        loop = ctx.loop()
-        expected = 0 if stage == results.SAMPLED_STAGES["baseline_eval"] else cfg.trainer.epochs
-        if loop.epochs_completed != expected:
-            raise RuntimeError(f"{stage} needs the policy after {expected} epoch(s), but it has {loop.epochs_completed}")
-        ctx.recorder = Recorder(stage)
+        cfg = ctx.config
+        loop = _evaluation_loop(ctx, stage, before_training=stage == results.SAMPLED_STAGES["baseline_eval"])
         sampled = loop.sample_evaluate(list(cfg.tasks.all), cfg.evaluation, seed=cfg.trainer.env_seed)
         records = [r.to_dict() for r in sampled]
-        d = run.stage_dir(stage)
-        for r in records:
-            r["group"] = cfg.tasks.group_of(r["task_id"])
-        write_json(d / "results.json", records)
-        counts = ctx.recorder.write(d)
         outs = results.sample_outcomes(records)
         metrics: dict[str, float | None] = {}
         for o in outs.values():
             metrics.update(results.sample_task_metrics(o))
         metrics.update(results.sample_summary_metrics(outs, cfg.tasks.groups))
-        tracker.log_metrics(run_id, metrics)
-        tracker.log_metrics(tracker.parent_id, {f"{stage}/{k}": v for k, v in metrics.items()})
-        tracker.log_artifacts(run_id, d, stage)
+        counts = _store_evaluation(ctx, run_id, stage, records, metrics)
         table = {g: results.sampled_rates(outs, ids) for g, ids in {**cfg.tasks.groups, "overall": tuple(outs)}.items()}
         n = cfg.evaluation.samples
         print(f"{stage}: {n} sample(s) per task at T {cfg.evaluation.temperature}: " + ", ".join(

@@ -26,16 +26,17 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
         return 0
     for group in GROUPS:
         print(f"{group}:")
-        for task in TASKS.values():
-            if task.group == group:
-                small, full = task.shape("small"), task.shape("full")
-                print(f"  {task.task_id:<18} small {'x'.join(map(str, small)):<10} full {'x'.join(map(str, full))}")
+        _print_tasks(t for t in TASKS.values() if t.group == group)
     return 0
 
 
-def _shapes(task, profile: str) -> str:
-    """Every input's shape, e.g. `4096x4096, 4096x4096` for a matmul."""
-    return ", ".join("x".join(map(str, shape)) for shape in task.input_shapes(profile))
+def _print_tasks(tasks) -> None:
+    """One line per task with every input's shape per profile, e.g. `4096x4096, 4096x4096` for a matmul."""
+    def shapes(task, profile: str) -> str:
+        return ", ".join("x".join(map(str, shape)) for shape in task.input_shapes(profile))
+
+    for task in tasks:
+        print(f"  {task.task_id:<36} small {shapes(task, 'small'):<20} full {shapes(task, 'full')}")
 
 
 def _list_families(args: argparse.Namespace) -> int:
@@ -47,10 +48,7 @@ def _list_families(args: argparse.Namespace) -> int:
         return 0
     for group in FAMILY_GROUPS:
         print(f"{group} ({FAMILY_ROLES[group]}):")
-        for task in FAMILY_TASKS.values():
-            if task.group == group:
-                small, full = _shapes(task, "small"), _shapes(task, "full")
-                print(f"  {task.task_id:<36} small {small:<20} full {full}")
+        _print_tasks(t for t in FAMILY_TASKS.values() if t.group == group)
     return 0
 
 

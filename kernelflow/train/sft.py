@@ -61,11 +61,9 @@ def sft_model_hash(tiny: TinyModelConfig, sft: SFTSettings) -> str:
 
 
 def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
+    # checkpoint.sha256_file does the same, but checkpoint imports policy, which imports this module
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _hashes(root: Path) -> dict[str, str]:

@@ -11,11 +11,9 @@ The pilot suite must be exactly as it was.
 from __future__ import annotations
 
 import ast
-import importlib.util
-import itertools
+import functools
 import math
 import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -34,28 +32,17 @@ from kernelflow.tasks import (
     suite_hash,
     task_ids,
 )
+from tests.helpers.solutions import load_solution_module, solution_source
 
 # This module covers the one-input, same-shape, row-independent tasks (norms and scans); the tasks with
 # several inputs, smaller outputs or whole-tensor results are tested in test_families_multi.py.
 FAMILY_IDS = [t for t, task in FAMILY_TASKS.items()
               if task.cost is None and task.rows_independent and not task.profiles["full"].extra]
-SOLUTIONS = Path(__file__).resolve().parent.parent / "fixtures" / "solutions" / "families"
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-_counter = itertools.count()
-_MODULES: dict[str, object] = {}
 
 
-def _solution_source(task_id: str) -> str:
-    return (SOLUTIONS / f"{task_id}.py").read_text()
-
-
-def _solution(task_id: str):
-    if task_id not in _MODULES:
-        spec = importlib.util.spec_from_file_location(f"kf_family_solution_{next(_counter)}", SOLUTIONS / f"{task_id}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        _MODULES[task_id] = module
-    return _MODULES[task_id]
+# Each solution imported once per test module (its kernels compile once under the interpreter's cache).
+_solution = functools.cache(load_solution_module)
 
 
 def _reference(task_id: str, x: torch.Tensor) -> torch.Tensor:
@@ -199,7 +186,7 @@ def _forward(tree: ast.Module) -> ast.FunctionDef:
 def test_solution_is_honest_and_well_formed(task_id):
     from kernelflow.eval.static_checks import first_failure, run_static_checks
 
-    source = _solution_source(task_id)
+    source = solution_source(task_id)
     tree = ast.parse(source)
     assert ast.get_docstring(tree)
     assert first_failure(run_static_checks(source)) is None
@@ -244,6 +231,6 @@ def test_solution_passes_the_evaluator(task_id):
     from kernelflow.eval import EvalConfig, evaluate
 
     config = EvalConfig(backend="interpret", shape="small", seeds=1, timed_runs=1, verdict_cache_size=0)
-    verdict = evaluate(task_id, _solution_source(task_id), config)
+    verdict = evaluate(task_id, solution_source(task_id), config)
     assert verdict.status == "ok", (verdict.status, verdict.feedback)
     assert verdict.correct

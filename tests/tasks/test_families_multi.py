@@ -13,10 +13,8 @@ lead's (it needs the multi-input evaluator).
 from __future__ import annotations
 
 import ast
-import importlib.util
-import itertools
+import functools
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -25,15 +23,13 @@ import torch.nn.functional as F
 from kernelflow.eval.correctness import compare, reference_output
 from kernelflow.tasks import FAMILY_TASKS, SHAPE_PROFILES, generate_input
 from kernelflow.tasks.inputs import input_seed
+from tests.helpers.solutions import load_solution_module, solution_source
 
 NEW_GROUPS = ("reduction", "matmul", "loss", "pooling")
 MULTI_IDS = [t for t, task in FAMILY_TASKS.items()
              if task.group in NEW_GROUPS or t in ("37_FrobeniusNorm_", "33_BatchNorm")]
-SOLUTIONS = Path(__file__).resolve().parent.parent / "fixtures" / "solutions" / "families"
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 INT_OUTPUT = {"51_Argmax_over_a_dimension", "52_Argmin_over_a_dimension"}
-_counter = itertools.count()
-_MODULES: dict[str, object] = {}
 
 # Strips of full length along every dimension the task reduces or contracts (full-shape behaviour at a
 # CPU-sized cost): the reduced rows of 4096, K = 4096 / 8192 / 1048576, 32768-long loss rows, 65536-long
@@ -66,13 +62,8 @@ def _reference(task_id: str, inputs: list[torch.Tensor]) -> torch.Tensor:
     return reference_output(task.load_module().Model(*task.init_inputs), inputs)
 
 
-def _solution(task_id: str):
-    if task_id not in _MODULES:
-        spec = importlib.util.spec_from_file_location(f"kf_multi_solution_{next(_counter)}", SOLUTIONS / f"{task_id}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        _MODULES[task_id] = module
-    return _MODULES[task_id]
+# Each solution imported once per test module (its kernels compile once under the interpreter's cache).
+_solution = functools.cache(load_solution_module)
 
 
 def _independent(task_id: str, xs: list[torch.Tensor]) -> torch.Tensor:
@@ -248,7 +239,7 @@ def _forward(tree: ast.Module) -> ast.FunctionDef:
 def test_solution_is_honest_and_well_formed(task_id):
     from kernelflow.eval.static_checks import first_failure, run_static_checks
 
-    source = (SOLUTIONS / f"{task_id}.py").read_text()
+    source = solution_source(task_id)
     tree = ast.parse(source)
     assert ast.get_docstring(tree)
     assert first_failure(run_static_checks(source)) is None
@@ -305,7 +296,7 @@ def test_solution_passes_the_evaluator(task_id):
     from kernelflow.eval import EvalConfig, evaluate
 
     config = EvalConfig(backend="interpret", shape="small", seeds=1, timed_runs=1, verdict_cache_size=0)
-    verdict = evaluate(task_id, (SOLUTIONS / f"{task_id}.py").read_text(), config)
+    verdict = evaluate(task_id, solution_source(task_id), config)
     assert verdict.status == "ok", (verdict.status, verdict.feedback)
     assert verdict.correct
 
@@ -316,6 +307,6 @@ def test_solution_is_judged_at_full_shape_on_cuda(task_id):
     from kernelflow.eval import EvalConfig, evaluate
 
     config = EvalConfig(backend="cuda", shape="full", verdict_cache_size=0, timeout_s=600)
-    verdict = evaluate(task_id, (SOLUTIONS / f"{task_id}.py").read_text(), config)
+    verdict = evaluate(task_id, solution_source(task_id), config)
     assert verdict.status == "ok", (verdict.status, verdict.feedback)
     assert verdict.reward > 0.3  # timed, with a speed term
