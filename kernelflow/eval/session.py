@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import signal
 import statistics
 import subprocess
@@ -232,8 +233,8 @@ class JudgeSession:
             return None
         dtype = getattr(torch, self.task.dtype)
         out_shape, _ = self._output_spec(spec.shapes)
-        numel_in = sum(_numel(s) for s in spec.shapes)
-        if not self.references.fits(numel_in * dtype.itemsize + _numel(out_shape) * 8):
+        numel_in = sum(math.prod(s) for s in spec.shapes)
+        if not self.references.fits(numel_in * dtype.itemsize + math.prod(out_shape) * 8):
             return None
         key = reference_key(task_id=self.task.task_id, shapes=spec.shapes, seed=spec.seed,
                             distribution=self.distribution, dtype=self.task.dtype, device=str(self.device),
@@ -277,7 +278,7 @@ class JudgeSession:
         reply = self._recv_json()
         if reply.get("event") != "called" or reply.get("output_problem") is not None:
             return reply, None, xs
-        out_bytes = _numel(out_shape) * out_dtype.itemsize
+        out_bytes = math.prod(out_shape) * out_dtype.itemsize
         out = torch.frombuffer(bytearray(self._recv_raw(out_bytes)), dtype=out_dtype).reshape(out_shape)
         changed = False
         for x in xs:
@@ -442,13 +443,6 @@ class JudgeSession:
             correctness_s=(t_timing or now) - t_calls, timing_s=(now - t_timing) if t_timing else None,
             reference_s=ref_s,
         )
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def median_or_none(values: list[float]) -> float | None:

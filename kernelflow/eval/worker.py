@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import sys
 import threading
@@ -161,10 +162,7 @@ class Worker:
         inputs = self._inputs_for(msg)
         expected_shape = tuple(msg["out_shape"])
         out_dtype = getattr(torch, msg["out_dtype"])
-        numel = 1
-        for d in expected_shape:
-            numel *= d
-        self._poison(numel * out_dtype.itemsize)
+        self._poison(math.prod(expected_shape) * out_dtype.itemsize)
         cuda = self.device.type == "cuda"
         launches0 = self.counter.own
         threads0 = threading.active_count()
