@@ -32,6 +32,7 @@ import kernelflow
 from kernelflow.eval.cache import ReferenceCache, VerdictCache, verdict_key
 from kernelflow.eval.config import EvalConfig, config_hash
 from kernelflow.eval.feedback import build_feedback
+from kernelflow.eval.ipc_arena import ArenaPool
 from kernelflow.eval.prewarm import SpawnSpec, WarmPool
 from kernelflow.eval.reward import compute_reward, roofline_fraction
 from kernelflow.eval.roofline import Calibration, calibrate
@@ -43,7 +44,7 @@ from kernelflow.tasks import Task, extract_code, generate_inputs, get_task
 
 log = logging.getLogger(__name__)
 
-EVALUATOR_VERSION = f"{kernelflow.__version__}+eval.2"
+EVALUATOR_VERSION = f"{kernelflow.__version__}+eval.3"
 
 
 def resolve_backend(backend: str) -> str:
@@ -73,6 +74,8 @@ class Evaluator:
         self._eager: dict[tuple, TimingResult] = {}
         self._verdicts = VerdictCache(self.config.verdict_cache_size)
         self._references = ReferenceCache(self.config.input_cache_mb << 20) if self.config.input_cache_mb else None
+        # Device memory shared with workers, kept and reused across verdicts (ipc_arena.py says why).
+        self._arenas = ArenaPool(self.device) if self.backend == "cuda" else None
         self._sessions = 0  # workers used (one per session), for stats and tests
         self._prewarmed_sessions = 0
         self._pool: WarmPool | None = None
@@ -145,6 +148,8 @@ class Evaluator:
         self._verdicts.clear()
         if self._references is not None:
             self._references.clear()
+        if self._arenas is not None:
+            self._arenas.close()
 
     # ---- steps -----------------------------------------------------------------------------------
     def _evaluate(self, task: Task, answer: str | None, config: EvalConfig, started: float) -> Verdict:
@@ -177,7 +182,7 @@ class Evaluator:
             queue_s = time.monotonic() - queued
             session = JudgeSession(task, code, config, self.backend, self.device, config.seed_list(),
                                    gpu_lock=self._gpu_lock, pool=self._pool, references=self._references,
-                                   evaluator_version=EVALUATOR_VERSION)
+                                   evaluator_version=EVALUATOR_VERSION, arenas=self._arenas)
             outcome = session.run()
             with self._state_lock:
                 self._sessions += 1

@@ -34,6 +34,7 @@ import torch.multiprocessing  # noqa: F401  (registers the CUDA IPC reductions u
 from kernelflow.eval.cache import Reference, ReferenceCache, reference_key
 from kernelflow.eval.config import EvalConfig
 from kernelflow.eval.correctness import CompareResult, as_reference_input, check_against_reference, compare
+from kernelflow.eval.ipc_arena import Arena, ArenaPool, bytes_needed
 from kernelflow.eval.prewarm import SpawnSpec, WarmPool, WorkerHandle, WorkerStartError
 from kernelflow.eval.verdict import Check, Status
 from kernelflow.tasks import KERNELBENCH_TOLERANCE, Task, generate_inputs
@@ -93,7 +94,8 @@ class JudgeSession:
 
     def __init__(self, task: Task, source: str, config: EvalConfig, backend: str, device: torch.device,
                  seeds: list[int], gpu_lock=nullcontext, pool: WarmPool | None = None,
-                 references: ReferenceCache | None = None, evaluator_version: str = ""):
+                 references: ReferenceCache | None = None, evaluator_version: str = "",
+                 arenas: ArenaPool | None = None):
         self.task = task
         self.gpu_lock = gpu_lock  # held from the first call to the last, so no work of ours overlaps a timing
         self.source = source
@@ -112,6 +114,12 @@ class JudgeSession:
         self.conn = None
         self.deadline = 0.0
         self.buffers: dict[tuple, dict] = {}
+        # CUDA: the buffers shared with the worker are carved from one arena, reused across sessions
+        # (ipc_arena.py says why they are never simply freed).
+        self.arenas = arenas if arenas is not None else ArenaPool(device)
+        self.arena: Arena | None = None
+        self.worker_busy = False  # a request is out and unanswered: the worker may be stuck in the submission
+        self.shape_sets: list[tuple] = []  # every input-shape set of the plan, so one arena holds them all
         self.output_specs: dict[tuple, tuple[tuple[int, ...], torch.dtype]] = {}
         self.ref_model = None
 
@@ -146,12 +154,17 @@ class JudgeSession:
     def _adopt(self, handle: WorkerHandle) -> None:
         self.handle, self.proc, self.log_path, self.conn = handle, handle.proc, handle.log_path, handle.conn
 
+    def _send(self, msg: dict) -> None:
+        self.conn.send(msg)
+        self.worker_busy = True
+
     def _recv_json(self) -> dict:
         """The worker's next message; raises TimeoutError past the deadline, EOFError if it died."""
         remaining = self.deadline - time.monotonic()
         if remaining <= 0 or not self.conn.poll(remaining):
             raise TimeoutError
         data = self.conn.recv_bytes(64 << 20)
+        self.worker_busy = False
         msg = json.loads(data)
         if not isinstance(msg, dict):
             raise EOFError("malformed message")
@@ -208,14 +221,26 @@ class JudgeSession:
             self.output_specs[shapes] = (tuple(out.shape), out_dtype)
         return self.output_specs[shapes]
 
+    def _take_arena(self) -> Arena:
+        """The session's arena, big enough for the inputs and output of every shape set of the plan."""
+        if self.arena is None:
+            dtype = getattr(torch, self.task.dtype)
+            tensors = []
+            for shapes in self.shape_sets:
+                tensors += [(tuple(s), dtype) for s in shapes]
+                tensors.append(self._output_spec(shapes))
+            self.arena = self.arenas.acquire(bytes_needed(tensors))
+        return self.arena
+
     def _buffers_for(self, shapes: tuple) -> dict:
         if shapes not in self.buffers:
             dtype = getattr(torch, self.task.dtype)
             out_shape, out_dtype = self._output_spec(shapes)
-            buf = {"inputs": [torch.empty(s, dtype=dtype, device=self.device) for s in shapes],
-                   "output": torch.empty(out_shape, dtype=out_dtype, device=self.device),
+            arena = self._take_arena()
+            buf = {"inputs": [arena.carve(tuple(s), dtype) for s in shapes],
+                   "output": arena.carve(out_shape, out_dtype),
                    "scratch": [torch.empty(s, dtype=dtype, device=self.device) for s in shapes]}
-            self.conn.send({"op": "map", "slot": str(shapes), "inputs": buf["inputs"], "output": buf["output"]})
+            self._send({"op": "map", "slot": str(shapes), "inputs": buf["inputs"], "output": buf["output"]})
             msg = self._recv_json()
             if msg.get("event") != "mapped":
                 raise EOFError("worker did not map the buffers")
@@ -268,13 +293,13 @@ class JudgeSession:
             buf["output"].fill_(float("nan") if out_dtype.is_floating_point else torch.iinfo(out_dtype).min)
             torch.cuda.synchronize(self.device)
             msg["slot"] = str(spec.shapes)
-            self.conn.send(msg)
+            self._send(msg)
             reply = self._recv_json()
             torch.cuda.synchronize(self.device)
             return reply, (buf["output"] if reply.get("output_problem") is None else None), buf["inputs"]
         xs = list(ref.inputs) if ref is not None else generate_inputs(spec.shapes, spec.seed, self.distribution, "cpu")
         msg["input_bytes"] = [x.numpy().tobytes() for x in xs]
-        self.conn.send(msg)
+        self._send(msg)
         reply = self._recv_json()
         if reply.get("event") != "called" or reply.get("output_problem") is not None:
             return reply, None, xs
@@ -349,14 +374,34 @@ class JudgeSession:
                 return SessionOutcome(Status.EVALUATOR_ERROR.value, {"worker_started": Check(False, why)}, why)
             return self._death_outcome("the evaluation")
         finally:
+            clean = self._dismiss_worker()
             if self.handle is not None:
                 self.handle.close()  # kills the process group, deletes the worker's directories
             self.buffers.clear()
+            if self.arena is not None:  # only now: the worker that mapped it is dead
+                self.arenas.release(self.arena, clean)
+                self.arena = None
             if self.device.type == "cuda":
-                # Blocks shared over CUDA IPC stay reserved until the consumer is known to be gone;
-                # without this every verdict would leak its 6 GB buffers.
-                torch.cuda.ipc_collect()
+                torch.cuda.ipc_collect()  # frees shared blocks whose consumers all let go
                 torch.cuda.empty_cache()
+
+    def _dismiss_worker(self, wait_s: float = 5.0) -> bool:
+        """Ask a live worker to drop its mapping of our buffers and exit; True if it confirmed.
+
+        The worker's word only decides whether its arena may be freed later (never whether it is
+        reused), so a worker that lies costs memory, not correctness.
+        """
+        if self.arena is None or self.worker_busy or self.conn is None or self.proc is None \
+                or self.proc.poll() is not None:
+            return False
+        try:
+            self.conn.send({"op": "exit"})
+            if not self.conn.poll(wait_s):
+                return False
+            msg = json.loads(self.conn.recv_bytes(1 << 16))
+        except (EOFError, OSError, ValueError):
+            return False
+        return isinstance(msg, dict) and msg.get("event") == "bye" and msg.get("released") is True
 
     def _run(self, start: float) -> SessionOutcome:
         self._start_worker()
@@ -381,6 +426,7 @@ class JudgeSession:
         ref_module = self.task.load_module()
         self.ref_model = ref_module.Model(*self.task.init_inputs).to(self.device).to(torch.float64)
         plan = build_plan(self.task, self.config, self.seeds, self.backend)
+        self.shape_sets = list(dict.fromkeys(spec.shapes for spec in plan))
         times: list[float] = []
         outputs: dict[int, torch.Tensor] = {}
         ref_s = 0.0
@@ -434,7 +480,6 @@ class JudgeSession:
         checks["inputs_unchanged"] = Check(True)
         if self.config.check_determinism:
             checks["deterministic"] = Check(True)
-        self.conn.send({"op": "exit"})
         now = time.monotonic()
         timed = times[-self.config.timed_runs:] if times else []
         return SessionOutcome(

@@ -270,8 +270,22 @@ class Worker:
             elif op == "map":
                 self.map_buffers(msg)
             elif op == "exit":
-                self.send({"event": "bye"})
+                self.send({"event": "bye", "released": self.release_buffers()})
                 return
+
+    def release_buffers(self) -> bool:
+        """Drop our handles on the judge's shared buffers, so the judge may free them (ipc_arena.py)."""
+        try:
+            self.buffers.clear()
+            self.model = None  # the submission may keep references to its inputs
+            import gc
+
+            gc.collect()
+            if self.torch.cuda.is_initialized():
+                self.torch.cuda.synchronize()
+            return True
+        except BaseException:  # noqa: BLE001 - whatever the submission left behind, the verdict is already out
+            return False
 
 
 def main() -> None:

@@ -150,9 +150,14 @@ _BATCHNORM_SHAPES = {
 }
 _BATCHNORM_TOL = Tolerance(atol=1e-5, rtol=3e-5)
 # Matmuls. Precision policy: fp32 products (Triton `tl.dot(..., input_precision="ieee")`), no TF32.
-# Tolerances are sized from a blocked fp32 matmul's error against float64 at the full K (measured
-# 3.0e-3 at K = 4096, 8.3e-3 at K = 8192, 3.4e-3 for the 1M-long matvec rows) with a ~10x margin;
-# TF32 inputs were measured 3.4 / 4.5 / 8.3 off there, so TF32 fails at every profile.
+# Tolerances are sized from the error of fp32 matmuls against float64 at the full K. On the CPU a
+# blocked fp32 matmul was 3.0e-3 off at K = 4096, 8.3e-3 at K = 8192 and 3.4e-3 for the 1M-long matvec
+# rows, but the honest Triton solutions on an H200 (tl.dot, input_precision="ieee") were 0.040 and
+# 0.070 off at K = 4096 and 8192 (2026-11-29), at outputs near 9300 and 9100, which failed the first,
+# absolute-only tolerances (3e-2, 6e-2). The error grows with the size of the sums, so the tolerances
+# now scale with the output (rtol 2e-5: 0.19 at 9300, ~5x the H200 error) on top of the earlier atols,
+# while TF32 inputs (3.4 / 4.5 / 8.3 off at full K, 0.53 at the small square's K = 259) stay over
+# 10x outside them at both profiles.
 _SQUARE_SHAPES = {
     "small": ShapeProfile(shape=(259, 259), odd_shape=(197, 197), extra=((259, 259),), odd_extra=((197, 197),)),
     "full": ShapeProfile(shape=(4096, 4096), odd_shape=(4097, 4097), extra=((4096, 4096),), odd_extra=((4097, 4097),)),
@@ -170,9 +175,9 @@ _DIAG_SHAPES = {
     "small": ShapeProfile(shape=(67,), odd_shape=(37,), extra=((67, 1031),), odd_extra=((37, 517),)),
     "full": ShapeProfile(shape=(4096,), odd_shape=(4097,), extra=((4096, 4096),), odd_extra=((4097, 4095),)),
 }
-_SQUARE_TOL = Tolerance(atol=3e-2, rtol=1e-6)
-_STANDARD_TOL = Tolerance(atol=6e-2, rtol=1e-6)
-_MATVEC_TOL = Tolerance(atol=5e-2, rtol=1e-6)
+_SQUARE_TOL = Tolerance(atol=3e-2, rtol=2e-5)
+_STANDARD_TOL = Tolerance(atol=6e-2, rtol=2e-5)
+_MATVEC_TOL = Tolerance(atol=5e-2, rtol=2e-5)
 # diag(A) @ B is one fp32 multiply per output: correctly rounded, 6e-8 relative at worst.
 _DIAG_TOL = Tolerance(atol=1e-9, rtol=1e-6)
 
