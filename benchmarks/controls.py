@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from concurrent.futures import ThreadPoolExecutor
 import platform
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -66,8 +66,15 @@ def main() -> int:
     task_ids = resolve_tasks(args.tasks)
 
     # No verdict cache: the repeats must each be judged again, not answered from the first verdict.
-    evaluator = Evaluator(EvalConfig(backend=args.backend, shape=args.shape, max_workers=max(1, args.parallel),
-                                     verdict_cache_size=0, compile_baseline=args.compile_baseline))
+    evaluator = Evaluator(
+        EvalConfig(
+            backend=args.backend,
+            shape=args.shape,
+            max_workers=max(1, args.parallel),
+            verdict_cache_size=0,
+            compile_baseline=args.compile_baseline,
+        )
+    )
     info = evaluator.info()
     rows = []
 
@@ -75,9 +82,12 @@ def main() -> int:
         t0 = time.monotonic()
         v = evaluator.evaluate(task_id, solution_source(task_id))
         wall = time.monotonic() - t0
-        print(f"{task_id:<28} {v.status:<10} runtime {fmt(v.runtime_ms)} ms  t_min {fmt(v.t_min_ms)}  "
-              f"roofline {fmt(v.roofline_fraction)}  eager {fmt(v.eager_ms)}  compile {fmt(v.torch_compile_ms)}  "
-              f"reward {v.reward:.3f}  wall {wall:.1f}s  {v.feedback[:200] if v.status != 'ok' else ''}", flush=True)
+        print(
+            f"{task_id:<28} {v.status:<10} runtime {fmt(v.runtime_ms)} ms  t_min {fmt(v.t_min_ms)}  "
+            f"roofline {fmt(v.roofline_fraction)}  eager {fmt(v.eager_ms)}  compile {fmt(v.torch_compile_ms)}  "
+            f"reward {v.reward:.3f}  wall {wall:.1f}s  {v.feedback[:200] if v.status != 'ok' else ''}",
+            flush=True,
+        )
         return {**v.to_dict(), "verdict_wall_s": wall}
 
     with ThreadPoolExecutor(max(1, args.parallel)) as pool:
@@ -106,25 +116,31 @@ def main() -> int:
         "evaluator_version": info["evaluator_version"],
         "cuda": torch.version.cuda,
     }
-    (out / "controls.json").write_text(json.dumps({"meta": meta, "rows": rows, "relu_repeats_ms": repeats,
-                                                    "relu_repeat_spread": spread}, indent=2))
+    (out / "controls.json").write_text(
+        json.dumps({"meta": meta, "rows": rows, "relu_repeats_ms": repeats, "relu_repeat_spread": spread}, indent=2)
+    )
     lines = [
         f"Date {meta['date']}; device {meta['device']}; backend {meta['backend']}; shape {args.shape}; "
         f"torch {meta['torch']}; triton {meta['triton']}; CUDA {meta['cuda']}; evaluator {meta['evaluator_version']}.",
         "",
         "| task | status | runtime ms (min-max) | t_min ms | roofline fraction | eager ms | speedup vs eager | reward "
-        + ("| torch.compile ms | speedup vs compile " if args.compile_baseline else "") + "| verdict wall s |",
+        + ("| torch.compile ms | speedup vs compile " if args.compile_baseline else "")
+        + "| verdict wall s |",
         "|---|---|---|---|---|---|---|---|" + ("---|---|" if args.compile_baseline else "") + "---|",
     ]
     for r in rows:
         rng = f"{fmt(r['runtime_ms'])} ({fmt(r['runtime_min_ms'])}-{fmt(r['runtime_max_ms'])})"
-        compiled = (f"{fmt(r['torch_compile_ms'])} | {fmt(r['speedup_vs_compile'], '.2f')} | "
-                    if args.compile_baseline else "")
-        lines.append(f"| {r['task_id']} | {r['status']} | {rng} | {fmt(r['t_min_ms'])} | {fmt(r['roofline_fraction'])} | "
-                     f"{fmt(r['eager_ms'])} | {fmt(r['speedup_vs_eager'], '.2f')} | {r['reward']:.3f} | "
-                     f"{compiled}{r['verdict_wall_s']:.1f} |")
-    lines += ["", f"ReLU control judged {args.repeats} more times: medians {[fmt(x) for x in repeats]} ms; "
-              f"spread (max-min)/min = {fmt(spread, '.2%')}."]
+        compiled = f"{fmt(r['torch_compile_ms'])} | {fmt(r['speedup_vs_compile'], '.2f')} | " if args.compile_baseline else ""
+        lines.append(
+            f"| {r['task_id']} | {r['status']} | {rng} | {fmt(r['t_min_ms'])} | {fmt(r['roofline_fraction'])} | "
+            f"{fmt(r['eager_ms'])} | {fmt(r['speedup_vs_eager'], '.2f')} | {r['reward']:.3f} | "
+            f"{compiled}{r['verdict_wall_s']:.1f} |"
+        )
+    lines += [
+        "",
+        f"ReLU control judged {args.repeats} more times: medians {[fmt(x) for x in repeats]} ms; "
+        f"spread (max-min)/min = {fmt(spread, '.2%')}.",
+    ]
     (out / "controls.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
