@@ -22,7 +22,7 @@ import json
 import platform
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -91,9 +91,12 @@ def main() -> int:
         return {**v.to_dict(), "verdict_wall_s": wall}
 
     with ThreadPoolExecutor(max(1, args.parallel)) as pool:
-        for row in pool.map(judge, task_ids):
-            rows.append(row)
-            (out / "controls.partial.json").write_text(json.dumps(rows, indent=1))  # survives a cut-short run
+        # Rows are saved as verdicts finish, so a run cut short keeps every finished one; the table
+        # below is put back in the order asked for.
+        for done in as_completed([pool.submit(judge, t) for t in task_ids]):
+            rows.append(done.result())
+            (out / "controls.partial.json").write_text(json.dumps(rows, indent=1))
+    rows.sort(key=lambda r: task_ids.index(r["task_id"]))
     repeats = []
     for _ in range(args.repeats):
         v = evaluator.evaluate("19_ReLU", solution_source("19_ReLU"))
