@@ -82,7 +82,7 @@ def summarise(latencies: list[float], wall_s: float, statuses: list[str], splits
            "throughput_per_min": 60 * len(latencies) / wall_s if wall_s else None,
            "statuses": {s: statuses.count(s) for s in sorted(set(statuses))}}
     if splits:
-        for key in ("worker_start_s", "import_s", "compile_s", "correctness_s", "timing_s", "reference_s"):
+        for key in ("worker_start_s", "import_s", "compile_s", "correctness_s", "timing_s", "reference_s", "gpu_wait_s"):
             vals = [s[key] for s in splits if s and s.get(key) is not None]
             out[f"median_{key}"] = statistics.median(vals) if vals else None
     return out
@@ -314,8 +314,9 @@ def markdown(result: dict) -> str:
              f"seeds {m['seeds']}, timed_runs {m['timed_runs']}; batch of {m['batch_size']} unique submissions "
              f"(10 honest controls, compile error, static rejection, wrong result), verdict cache off.", "",
              "| judge | pool | prewarm | n | p50 s | p95 s | throughput /min | vs baseline | statuses | "
-             "median worker start s | median compile s | median correctness s | median reference s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "median worker start s | median compile s | median correctness s | median reference s | "
+             "median GPU-lock wait s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in result["runs"]:
         s = row["summary"]
         ratio = row.get("throughput_vs_baseline")
@@ -324,7 +325,7 @@ def markdown(result: dict) -> str:
                      f"{fmt(s['p95_s'])} | {fmt(s['throughput_per_min'], '.1f')} | "
                      f"{'-' if ratio is None else f'{ratio:.2f}x'} | {statuses} | {fmt(s.get('median_worker_start_s'))} | "
                      f"{fmt(s.get('median_compile_s'))} | {fmt(s.get('median_correctness_s'))} | "
-                     f"{fmt(s.get('median_reference_s'))} |")
+                     f"{fmt(s.get('median_reference_s'))} | {fmt(s.get('median_gpu_wait_s'))} |")
     single = result.get("idle_pool_single") or {}
     if single:
         lines += ["", "Single ReLU control, idle pool: latency / (compile + all calls, i.e. the worker's share of "

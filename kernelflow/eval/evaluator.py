@@ -199,7 +199,7 @@ class Evaluator:
     def _from_outcome(self, task, config, code, outcome: SessionOutcome, checks, queue_s, started) -> Verdict:
         wall = dict(queue_s=queue_s, worker_start_s=outcome.worker_start_s, import_s=outcome.import_s,
                     compile_s=outcome.compile_s, correctness_s=outcome.correctness_s, timing_s=outcome.timing_s,
-                    reference_s=outcome.reference_s)
+                    reference_s=outcome.reference_s, gpu_wait_s=outcome.gpu_wait_s)
         fields = {}
         if outcome.compare is not None:
             fields = dict(max_abs_err=outcome.compare.max_abs_err, max_rel_violation=outcome.compare.violation)
@@ -211,6 +211,7 @@ class Evaluator:
             wall["total_s"] = time.monotonic() - started
             return self._verdict(task, config, code, Status.OK.value, checks, "", wall=WallTime(**wall), **fields)
         runtime = statistics.median(outcome.times_ms)
+        t_baselines = time.monotonic()
         cal = self._calibrate()
         t_min = cal.t_min_ms(task, config.shape)
         eager = self._eager_time(task, config)
@@ -223,6 +224,7 @@ class Evaluator:
             compiled = self._compile_time(task, config)
             if compiled is not None:
                 timing.update(torch_compile_ms=compiled.median_ms, speedup_vs_compile=compiled.median_ms / runtime)
+        wall["baselines_s"] = time.monotonic() - t_baselines
         floor = cal.impossible_below_ms(task, config.shape, config.impossible_factor)
         wall["total_s"] = time.monotonic() - started
         if runtime < floor:

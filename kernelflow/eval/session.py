@@ -67,6 +67,7 @@ class SessionOutcome:
     correctness_s: float | None = None
     timing_s: float | None = None
     reference_s: float = 0.0
+    gpu_wait_s: float | None = None
     log_tail: str = ""
 
 
@@ -418,8 +419,11 @@ class JudgeSession:
         with self.gpu_lock():
             # Waiting for other verdicts' timed phases is not the submission's time: without this, a
             # busy GPU would turn honest submissions into timeouts.
-            self.deadline += time.monotonic() - t_wait
-            return self._calls(hello, worker_start_s)
+            waited = time.monotonic() - t_wait
+            self.deadline += waited
+            outcome = self._calls(hello, worker_start_s)
+            outcome.gpu_wait_s = waited
+            return outcome
 
     def _calls(self, hello: dict, worker_start_s: float) -> SessionOutcome:
         checks: dict[str, Check] = {"imports": Check(True)}

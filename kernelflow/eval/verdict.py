@@ -51,6 +51,10 @@ class WallTime:
     correctness_s: float | None = None
     timing_s: float | None = None
     reference_s: float | None = None
+    # Waiting for the per-GPU lock while other verdicts' GPU phases ran (CUDA only): at high load
+    # this, not the submission, is most of a verdict's time.
+    gpu_wait_s: float | None = None
+    baselines_s: float | None = None  # device calibration and eager / torch.compile timing, when not cached
     total_s: float | None = None
 
 

@@ -160,3 +160,24 @@ def test_no_worker_processes_are_left_behind(evaluator):
     evaluator.evaluate("19_ReLU", RELU)
     after = {p.pid for p in psutil.Process(os.getpid()).children(recursive=True)}
     assert after <= before
+
+
+def test_waiting_for_the_gpu_lock_is_reported_and_not_charged_to_the_submission(monkeypatch):
+    """Another verdict's GPU phase holding the per-GPU lock: the wait shows in the wall split and does
+    not count against the submission's timeout (here the wait is longer than the whole limit)."""
+    import contextlib
+    import time
+
+    ev = Evaluator(replace(CONFIG, timeout_s=20, verdict_cache_size=0))
+
+    @contextlib.contextmanager
+    def busy_gpu():
+        time.sleep(25)  # as if other verdicts held the GPU for longer than this submission's limit
+        yield
+
+    monkeypatch.setattr(ev, "_gpu_lock", busy_gpu)
+    v = ev.evaluate("19_ReLU", RELU)
+    assert v.status == Status.OK, v.feedback
+    assert v.wall_time.gpu_wait_s >= 25
+    assert v.wall_time.total_s >= v.wall_time.gpu_wait_s
+    assert v.wall_time.baselines_s is None  # nothing is timed under the interpreter
