@@ -8,6 +8,7 @@ without a second full-size float64 temporary. It runs in the judging process, ne
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -67,6 +68,28 @@ def _compare_exact(out: torch.Tensor, ref: torch.Tensor) -> CompareResult:
                          exact=True)
 
 
+def _all_finite_chunk(o: torch.Tensor, r: torch.Tensor, tolerance: Tolerance) -> tuple[float, float, int] | None:
+    """(max abs error, worst violation, its index) of a float64 chunk in a few passes and one sync, or
+    None when anything is not finite (NaN/Inf in either tensor, or a zero bound), which `compare`'s
+    general path handles.
+
+    Where it answers, it computes the same values the general path would (same operations in the
+    same order, so the same bits): honest outputs, nearly all of them, take this path, and a 6.4 GB
+    output is compared with about a third of the memory traffic and none of the per-chunk syncs.
+    """
+    if not o.numel():
+        return None
+    err = (o - r).abs()
+    bound = r.abs().mul_(tolerance.rtol).add_(tolerance.atol)
+    v = err / bound  # NaN or Inf here (0/0, x/0, NaN or Inf inputs) sends the chunk to the general path
+    max_err, max_v = err.max(), v.max()
+    worst = torch.argmax(v)
+    stats = torch.stack([max_err, max_v, worst.to(torch.float64)]).tolist()
+    if not (math.isfinite(stats[0]) and math.isfinite(stats[1])):
+        return None
+    return stats[0], stats[1], int(stats[2])
+
+
 def compare(out: torch.Tensor, ref: torch.Tensor, tolerance: Tolerance) -> CompareResult:
     """Compare `out` to `ref` of the same shape: floats within tolerance of a float64 `ref`, integers exactly.
 
@@ -83,6 +106,13 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tolerance: Tolerance) -> Compa
     for start in range(0, n, _CHUNK_ELEMS):
         o = flat_out[start:start + _CHUNK_ELEMS].to(torch.float64)
         r = flat_ref[start:start + _CHUNK_ELEMS].to(torch.float64)
+        fast = _all_finite_chunk(o, r, tolerance)
+        if fast is not None:
+            chunk_max_abs, vi, i = fast
+            max_abs = max(max_abs, chunk_max_abs)
+            if worst_i is None or vi > worst_v:
+                worst_v, worst_i = vi, start + i
+            continue
         finite_ref = torch.isfinite(r)
         nan_count += int((torch.isnan(o) & finite_ref).sum())
         inf_count += int((torch.isinf(o) & finite_ref).sum())
