@@ -27,6 +27,11 @@ ALIGN = 512  # bytes between carved tensors: enough for any dtype and for vector
 _ROUND = 256 << 20  # arenas are sized in 256 MiB steps, so close sizes share one arena
 
 
+def _aligned(offset: int) -> int:
+    """`offset` rounded up to the next multiple of ALIGN."""
+    return -(-offset // ALIGN) * ALIGN
+
+
 @dataclass(eq=False)
 class Arena:
     """One device allocation handed to one session at a time."""
@@ -42,7 +47,7 @@ class Arena:
     def carve(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         """The next free, aligned region as a tensor of `shape` and `dtype` (contents undefined)."""
         size = math.prod(shape) * dtype.itemsize
-        start = -(-self._next // ALIGN) * ALIGN
+        start = _aligned(self._next)
         if start + size > self.nbytes:
             raise ValueError(f"arena of {self.nbytes} bytes cannot hold another {size} bytes at offset {start}")
         self._next = start + size
@@ -53,7 +58,7 @@ def bytes_needed(tensors: list[tuple[tuple[int, ...], torch.dtype]]) -> int:
     """Arena bytes for these (shape, dtype) tensors carved one after another."""
     total = 0
     for shape, dtype in tensors:
-        total = -(-total // ALIGN) * ALIGN + math.prod(shape) * dtype.itemsize
+        total = _aligned(total) + math.prod(shape) * dtype.itemsize
     return total
 
 
@@ -70,9 +75,8 @@ class ArenaPool:
     def acquire(self, nbytes: int) -> Arena:
         """The smallest free arena of at least `nbytes` (reset), else a new one; clean smaller ones are freed."""
         with self._lock:
-            fits = sorted((a for a in self._free if a.nbytes >= nbytes), key=lambda a: a.nbytes)
-            if fits:
-                arena = fits[0]
+            arena = min((a for a in self._free if a.nbytes >= nbytes), key=lambda a: a.nbytes, default=None)
+            if arena is not None:
                 self._free.remove(arena)
             else:
                 # A new, larger arena supersedes the clean free ones: give their memory back first.

@@ -115,8 +115,9 @@ class JudgeSession:
         self.conn = None
         self.deadline = 0.0
         self.buffers: dict[tuple, dict] = {}
-        # CUDA: the buffers shared with the worker are carved from one arena, reused across sessions
-        # (ipc_arena.py says why they are never simply freed).
+        # CUDA: the buffers shared with the worker are carved from one arena of the evaluator's pool,
+        # reused across sessions (ipc_arena.py says why they are never simply freed). A session made
+        # without a pool gets its own, which nothing reuses: only for a lone session.
         self.arenas = arenas if arenas is not None else ArenaPool(device)
         self.arena: Arena | None = None
         self.worker_busy = False  # a request is out and unanswered: the worker may be stuck in the submission

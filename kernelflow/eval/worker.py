@@ -29,6 +29,7 @@ from the output buffer, and the roofline floor rejects impossible times.
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import json
 import math
@@ -278,8 +279,6 @@ class Worker:
         try:
             self.buffers.clear()
             self.model = None  # the submission may keep references to its inputs
-            import gc
-
             gc.collect()
             if self.torch.cuda.is_initialized():
                 self.torch.cuda.synchronize()
