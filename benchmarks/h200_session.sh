@@ -39,11 +39,20 @@ case "$what" in
     ;;
   gpu-tests)
     # -v prints a line per test as it ends, so a run cut short still says what passed.
+    # Tests that record their verdicts (tests/helpers/gpu_record.py) leave them in one JSON file, so the
+    # families' H200 table comes from the same run that checks them. set -f: node ids hold [brackets].
+    set -f
     # shellcheck disable=SC2086
-    timeout "${GPU_TESTS_LIMIT:-560}" $py -m pytest -m gpu ${GPU_TESTS:-tests/eval tests/tasks} -n 8 -v \
-      -p no:cacheprovider --timeout 300 >"$out/gpu_tests.log" 2>&1
+    KERNELFLOW_GPU_VERDICTS="$out/verdicts" timeout "${GPU_TESTS_LIMIT:-560}" $py -m pytest -m gpu \
+      ${GPU_TESTS:-tests/eval tests/tasks} -n "${GPU_TESTS_WORKERS:-8}" -v -p no:cacheprovider --timeout 300 \
+      >"$out/gpu_tests.log" 2>&1
     echo "gpu-tests rc=$?"
+    set +f
     tail -3 "$out/gpu_tests.log"
+    if [ -d "$out/verdicts" ]; then
+      $py -c 'import json, pathlib, sys; d = pathlib.Path(sys.argv[1]); json.dump([json.loads(p.read_text()) for p in sorted(d.glob("*.json"))], open(sys.argv[2], "w"), indent=1)' \
+        "$out/verdicts" "$out/gpu_verdicts.json" && rm -r "$out/verdicts"
+    fi
     ;;
   families)
     timeout "${FAMILIES_LIMIT:-560}" $py benchmarks/controls.py --shape full --tasks ${FAMILIES:-families} --parallel 2 --repeats 0 \
