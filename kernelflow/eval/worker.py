@@ -160,6 +160,7 @@ class Worker:
 
     def call(self, msg: dict) -> None:
         torch = self.torch
+        t_setup = time.perf_counter()  # setup_ms: poisoning, the overhead measurement, the L2 flush
         inputs = self._inputs_for(msg)
         expected_shape = tuple(msg["out_shape"])
         out_dtype = getattr(torch, msg["out_dtype"])
@@ -168,7 +169,7 @@ class Worker:
         launches0 = self.counter.own
         threads0 = threading.active_count()
         guard = self.guard_cls()
-        result: dict = {"event": "called"}
+        result: dict = {"event": "called", "setup_ms": (time.perf_counter() - t_setup) * 1e3}
         if cuda:
             from kernelflow.eval.timing import cover_launch_latency, measure_timer_overhead, net_time_ms
 
@@ -177,6 +178,7 @@ class Worker:
                 # runs before the submission's forward first executes, whatever its import did.
                 self.timer_overhead_ms = measure_timer_overhead(self.device)
             self.l2.zero_()
+            result["setup_ms"] = (time.perf_counter() - t_setup) * 1e3  # read before the clock starts
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             at_launch = torch.cuda.Event(enable_timing=True)
             # The clock starts at the call's first Triton launch when only allocation and views ran
@@ -223,8 +225,10 @@ class Worker:
         result["output_problem"] = problem
         if problem is None:
             if cuda:
+                t_copy = time.perf_counter()
                 self.buffers[msg["slot"]]["output"].copy_(out)
                 torch.cuda.synchronize()
+                result["copy_ms"] = (time.perf_counter() - t_copy) * 1e3
                 result["input_bytes_after"] = None
             else:
                 result["output_len"] = out.numel() * out.element_size()
