@@ -52,8 +52,9 @@ def warm():
     assert descendants(os.getpid()) == [], "closing the evaluator must kill its idle workers"
 
 
+# kernel_never_launched: the worker's own warm-up launch (warm_kernel.py) must not count as the submission's.
 @pytest.mark.parametrize("name", ["hang_forever", "segfault_ctypes", "os_exit_import", "output_flood",
-                                  "system_exit_forward"])
+                                  "system_exit_forward", "kernel_never_launched"])
 def test_adversarial_behaviour_is_unchanged_with_prewarm(warm, name):
     fixture = load_fixture(ADVERSARIAL / f"{name}.py")
     config = replace(CONFIG, static_checks=fixture.static_checks, timeout_s=8 if name == "hang_forever" else 120)
@@ -105,6 +106,17 @@ def test_a_handle_is_handed_out_at_most_once():
     finally:
         handle.close()
     assert not handle.workdir.exists() and not handle.sockdir.exists()
+
+
+def test_a_worker_launches_its_own_triton_kernel_while_warming():
+    """warm_kernel.py: the first-launch costs are paid before a submission exists, and not counted."""
+    handle = WorkerHandle(SpawnSpec.of(CONFIG, "interpret", "cpu"))
+    try:
+        handle.ensure_warm(time.monotonic() + 120)
+        assert handle.warm_info["event"] == "warm"
+        assert 0 < handle.warm_info["warm_kernel_s"] < handle.warm_info["warmup_s"]
+    finally:
+        handle.close()
 
 
 def test_pool_workers_are_isolated_like_fresh_ones(monkeypatch, tmp_path):

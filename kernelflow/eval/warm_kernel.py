@@ -1,0 +1,38 @@
+"""A tiny Triton kernel the worker launches while warming up, before any submission is handed over.
+
+Why: the first Triton launch in a process pays one-off costs that have nothing to do with the kernel:
+while a TorchDispatchMode is active (the worker's DispatchGuard is, around every forward), PyTorch routes
+the launch through its Triton higher-order op, whose first use imports torch._dynamo, sympy and more
+(~3.5 s on the H200), and Triton itself initialises its CUDA driver stubs and hashes its own sources
+for cache keys (~0.7 s). Measured on the H200 (benchmarks/compile_probe.py, docs/eval_speed.md): a
+submission's first call took 4.4-4.9 s under the guard against 1.0-1.6 s without it. Paying these in
+the warm-up moves them off the verdict's path when workers are pre-warmed (`prewarm_workers`).
+
+What it does not do: share anything with a submission. It runs before the submission is imported, its
+compiled artifacts go to the worker's own Triton cache (Triton's code, not the submission's), and its
+launch is not counted (the launch counter is installed after it).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _add_one(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1.0, mask=mask)
+
+
+def launch_under(guard, device) -> bool:
+    """Launch the kernel once on `device` inside `guard` (a fresh DispatchGuard); True if it computed right."""
+    import torch
+
+    x = torch.zeros(64, dtype=torch.float32, device=device)
+    with torch.no_grad(), guard:
+        _add_one[(1,)](x, x.numel(), BLOCK=64)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return bool((x == 1.0).all())
