@@ -1,12 +1,14 @@
 """A tiny Triton kernel the worker launches while warming up, before any submission is handed over.
 
-Why: the first Triton launch in a process pays one-off costs that have nothing to do with the kernel:
-while a TorchDispatchMode is active (the worker's DispatchGuard is, around every forward), PyTorch routes
-the launch through its Triton higher-order op, whose first use imports torch._dynamo, sympy and more
-(~3.5 s on the H200), and Triton itself initialises its CUDA driver stubs and hashes its own sources
-for cache keys (~0.7 s). Measured on the H200 (benchmarks/compile_probe.py, docs/eval_speed.md): a
-submission's first call took 4.4-4.9 s under the guard against 1.0-1.6 s without it. Paying these in
-the warm-up moves them off the verdict's path when workers are pre-warmed (`prewarm_workers`).
+Why: a submission's first call pays one-off costs of the process that have nothing to do with it.
+The first aten op dispatched to a Python TorchDispatchMode (the worker's DispatchGuard is active around
+every forward, and a forward's `torch.empty_like` is such an op) imports torch._higher_order_ops'
+Triton wrapper and with it torch._dynamo, sympy and FSDP: 1.2 s on this CPU, 4-4.5 s on the H200, where
+the image's site-packages are compiled from source on import. And Triton's first launch initialises
+its CUDA driver stubs and hashes its own sources for cache keys (~0.7 s). Measured on the H200
+(benchmarks/compile_probe.py, docs/eval_speed.md): a submission's first call took 4.4-4.9 s under the
+guard against 1.0-1.6 s without it. Paying both in the warm-up, by allocating *inside* the guard and
+then launching, moves them off the verdict's path when workers are pre-warmed (`prewarm_workers`).
 
 What it does not do: share anything with a submission. It runs before the submission is imported, its
 compiled artifacts go to the worker's own Triton cache (Triton's code, not the submission's), and its
@@ -30,8 +32,10 @@ def launch_under(guard, device) -> bool:
     """Launch the kernel once on `device` inside `guard` (a fresh DispatchGuard); True if it computed right."""
     import torch
 
-    x = torch.zeros(64, dtype=torch.float32, device=device)
     with torch.no_grad(), guard:
+        # Allocated under the guard on purpose: the first aten op a dispatch mode sees is the costly
+        # one (a launch alone dispatches none on CUDA, which is why the first version of this missed it).
+        x = torch.zeros(64, dtype=torch.float32, device=device)
         _add_one[(1,)](x, x.numel(), BLOCK=64)
     if device.type == "cuda":
         torch.cuda.synchronize(device)

@@ -170,3 +170,28 @@ def test_closing_the_pool_kills_idle_and_warming_workers():
     assert all(not h.workdir.exists() for h in handles)
     time.sleep(0.5)  # the keeper thread must not spawn after close
     assert pool.stats().idle == 0
+
+
+def test_the_warm_up_pays_the_first_dispatch_mode_import():
+    """The import a dispatch mode's first aten op triggers (warm_kernel.py) happens in the warm-up.
+
+    On CUDA a compiled launch dispatches no aten op, so only the allocation under the guard triggers
+    it; the H200 profile showed a warm-up without it left ~4 s on every submission's first call.
+    """
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from kernelflow.eval.runtime_controls import LaunchCounter, make_guard\n"
+        "from kernelflow.eval.warm_kernel import launch_under\n"
+        "wrap = 'torch._higher_order_ops.triton_kernel_wrap'\n"
+        "assert wrap not in sys.modules\n"
+        "counter = LaunchCounter('submission'); counter.install()\n"
+        "assert launch_under(make_guard(counter)(), torch.device('cpu'))\n"
+        "print(wrap in sys.modules, counter.own, counter.other)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "TRITON_INTERPRET": "1"}, cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["True", "0", "1"]  # imported; the launch is nobody's submission
