@@ -96,6 +96,12 @@ class SFTSettings:
     # Two-turn examples per task, as a share of examples_per_task: a mistaken answer, the feedback's first
     # line, then a correct answer; without them the policy answers feedback with prose (no_code).
     second_turn_share: float = 0.25
+    # True: the two-turn examples show a judged first answer and the evaluator's real, whole feedback
+    # (kernelflow/train/feedback_samples.json) instead of its first line; False keeps the first line only.
+    real_feedback: bool = False
+    # With real_feedback, the share of two-turn examples whose first answer was correct (feedback `ok`,
+    # then another correct kernel): without them the policy has never seen feedback after a success.
+    second_turn_ok_share: float = 0.0
     corpus_seed: int = 0
     epochs: float = 4.0
     batch_size: int = 8
@@ -128,6 +134,11 @@ class SFTSettings:
                 p.append(f"{name}={getattr(self, name)} (must be >= 1)")
         if not 0.0 <= self.second_turn_share <= 1.0:
             p.append(f"second_turn_share={self.second_turn_share} (must be in [0, 1])")
+        if not 0.0 <= self.second_turn_ok_share <= 1.0:
+            p.append(f"second_turn_ok_share={self.second_turn_ok_share} (must be in [0, 1])")
+        if self.second_turn_ok_share > 0 and not self.real_feedback:
+            p.append(f"second_turn_ok_share={self.second_turn_ok_share} needs real_feedback=true (the first-line "
+                     "feedback exists only for mistakes)")
         if not self.epochs > 0:
             p.append(f"epochs={self.epochs} (must be > 0)")
         if not self.learning_rate > 0:

@@ -24,10 +24,12 @@ This module writes text only: it does not tokenize, train (sft.py) or judge (ker
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import random
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from kernelflow.tasks import TASKS, build_messages, feedback_message
 from kernelflow.train.config import SFTSettings
@@ -79,6 +81,34 @@ MISTAKE_FEEDBACK = {
     "arange": "Status: compile_error. The module failed to import or a kernel failed to compile.\n"
               "ValueError: arange's range must be a power of 2",
 }
+
+
+# The evaluator's whole feedback on judged corpus answers, made by scripts/make_feedback_samples.py (this
+# module may not import the evaluator: the trainer reaches it only through the environment).
+FEEDBACK_SAMPLES_FILE = Path(__file__).with_name("feedback_samples.json")
+
+
+@functools.cache
+def feedback_samples() -> dict[tuple[str, str], tuple[tuple[str, str], ...]]:
+    """(task_id, kind) -> ((answer, feedback), ...) from `FEEDBACK_SAMPLES_FILE`; kind "ok" or a mistake."""
+    try:
+        data = json.loads(FEEDBACK_SAMPLES_FILE.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read {FEEDBACK_SAMPLES_FILE}: {exc}; regenerate it with "
+                         "`python scripts/make_feedback_samples.py`") from exc
+    out: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for e in data["entries"]:
+        out.setdefault((e["task_id"], e["kind"]), []).append((e["answer"], e["feedback"]))
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def _judged(task_id: str, kind: str, rng: random.Random) -> tuple[str, str]:
+    """A judged first answer of `kind` for `task_id` and the evaluator's feedback on it."""
+    pool = feedback_samples().get((task_id, kind))
+    if not pool:
+        raise ValueError(f"{FEEDBACK_SAMPLES_FILE.name} has no judged {kind!r} answer for {task_id}; regenerate it "
+                         "with `python scripts/make_feedback_samples.py` or set sft.real_feedback=false")
+    return rng.choice(pool)
 
 
 # Per task: the operator's name as the reference's docstring spells it, whether it takes
@@ -225,7 +255,9 @@ def build_corpus(settings: SFTSettings) -> list[Example]:
     Exactly round(rate x n) answers of a task carry a mistake (a controlled share, not a coin flip
     per example), so a small corpus keeps the configured balance. On top of those, round(
     `second_turn_share` x n) two-turn examples per task show a mistaken first answer, the feedback's
-    first line (`MISTAKE_FEEDBACK`) and a correct second answer (the completion).
+    first line (`MISTAKE_FEEDBACK`) and a correct second answer (the completion). With
+    `real_feedback`, the first answer and the evaluator's whole feedback on it come from
+    `FEEDBACK_SAMPLES_FILE`, and a share `second_turn_ok_share` of them were correct (feedback `ok`).
     """
     rng = random.Random(f"kernelflow-corpus:{settings.corpus_seed}")
     per_task: dict[str, list[Example]] = {}
@@ -241,10 +273,16 @@ def build_corpus(settings: SFTSettings) -> list[Example]:
             text, block, warps = answer(task_id, rng, kind, *draw)
             examples.append(Example(task_id, prompt, text, kind, block, warps))
         for _ in range(round(settings.second_turn_share * n)):
-            kind = rng.choices(MISTAKES, weights=settings.mistake_weights)[0]
-            first, _, _ = answer(task_id, rng, kind, *draw)
+            if settings.real_feedback:
+                ok_first = rng.random() < settings.second_turn_ok_share
+                kind = "ok" if ok_first else rng.choices(MISTAKES, weights=settings.mistake_weights)[0]
+                first, feedback = _judged(task_id, kind, rng)
+            else:
+                kind = rng.choices(MISTAKES, weights=settings.mistake_weights)[0]
+                first, _, _ = answer(task_id, rng, kind, *draw)
+                feedback = MISTAKE_FEEDBACK[kind]
             text, block, warps = answer(task_id, rng, None, *draw)
-            turns = (*prompt, {"role": "assistant", "content": first}, feedback_message(MISTAKE_FEEDBACK[kind]))
+            turns = (*prompt, {"role": "assistant", "content": first}, feedback_message(feedback))
             examples.append(Example(task_id, turns, text, None, block, warps))
         per_task[task_id] = examples
     out = []

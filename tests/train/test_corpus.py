@@ -3,16 +3,28 @@ mistakes, and labelled truthfully (the real evaluator judges a sample: correct a
 
 from __future__ import annotations
 
+import json
 import random
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import pytest
 
 from kernelflow.eval import EvalConfig, Evaluator
 from kernelflow.eval.static_checks import run_static_checks
-from kernelflow.tasks import TASKS, build_messages, extract_code
+from kernelflow.tasks import TASKS, build_messages, extract_code, feedback_message
+from kernelflow.train import corpus as corpus_module
 from kernelflow.train.config import PolicyConfig, SFTSettings
-from kernelflow.train.corpus import MISTAKES, answer, build_corpus, corpus_hash, corpus_tasks, mistake_counts
+from kernelflow.train.corpus import (
+    MISTAKE_FEEDBACK,
+    MISTAKES,
+    answer,
+    build_corpus,
+    corpus_hash,
+    corpus_tasks,
+    feedback_samples,
+    mistake_counts,
+)
 
 SMALL = SFTSettings(examples_per_task=10, mistake_rates=(0.0, 0.2, 0.5, 1.0))
 
@@ -84,6 +96,8 @@ def test_bad_settings_are_named():
         SFTSettings(second_turn_share=1.5)
     with pytest.raises(ValueError, match="mistake_weights"):
         SFTSettings(mistake_weights=(0.0, 0.0, 0.0, 0.0))
+    with pytest.raises(ValueError, match="needs real_feedback=true"):
+        SFTSettings(second_turn_ok_share=0.25)
     with pytest.raises(ValueError, match="no templates for task '23_Softmax'"):
         answer("23_Softmax", random.Random(0))
     with pytest.raises(ValueError, match="unknown mistake"):
@@ -103,3 +117,78 @@ def test_the_labels_hold_under_the_real_evaluator():
         assert v.correct == (mistake is None), (task_id, mistake, v.status, v.feedback[:300])
         if mistake == "arange":
             assert v.status == "compile_error", (task_id, v.status)
+
+
+REAL = SFTSettings(examples_per_task=40, second_turn_share=0.5, real_feedback=True, second_turn_ok_share=0.25)
+
+
+def _two_turn(examples):
+    return [e for e in examples if e.second_turn]
+
+
+def test_real_feedback_pairs_each_first_answer_with_what_the_evaluator_said_of_it():
+    samples: dict[tuple[str, str], set[str]] = {}
+    for (t, _kind), pairs in feedback_samples().items():
+        for a, fb in pairs:  # an answer may have been judged more than once (the same template drawn twice)
+            samples.setdefault((t, a), set()).add(fb.strip())
+    examples = _two_turn(build_corpus(REAL))
+    assert len(examples) == 4 * 20
+    for e in examples:
+        first, feedback_turn = e.prompt[-2], e.prompt[-1]
+        assert first["role"] == "assistant" and feedback_turn["role"] == "user"
+        judged = samples[(e.task_id, first["content"])]  # a judged answer, not a fresh one
+        assert any(fb in feedback_turn["content"] for fb in judged)
+        assert extract_code(e.completion) is not None and e.mistake is None  # the second answer is a correct one
+    statuses = [e.prompt[-1]["content"].split("Status: ")[1].split(".")[0] for e in examples]
+    ok_share = statuses.count("ok") / len(statuses)
+    assert 0.1 < ok_share < 0.45, ok_share  # second_turn_ok_share = 0.25, drawn per example
+    assert {"crashed", "incorrect", "compile_error"} <= set(statuses)
+    # the whole feedback, not its first line: every mistake's text goes on past MISTAKE_FEEDBACK's line
+    assert all(len(e.prompt[-1]["content"]) > len(MISTAKE_FEEDBACK["formula"]) + 40 for e in examples
+               if "Status: incorrect" in e.prompt[-1]["content"])
+
+
+def test_first_line_feedback_stays_the_default():
+    default = _two_turn(build_corpus(replace(REAL, real_feedback=False, second_turn_ok_share=0.0)))
+    assert {e.prompt[-1]["content"] for e in default} <= {feedback_message(t)["content"]
+                                                         for t in MISTAKE_FEEDBACK.values()}
+    assert corpus_hash(REAL) != corpus_hash(replace(REAL, real_feedback=False, second_turn_ok_share=0.0))
+
+
+def test_a_samples_file_without_the_task_is_named(monkeypatch, tmp_path):
+    path = tmp_path / "feedback_samples.json"
+    path.write_text(json.dumps({"entries": [{"task_id": "19_ReLU", "kind": "ok", "answer": "a", "feedback": "f"}]}))
+    monkeypatch.setattr(corpus_module, "FEEDBACK_SAMPLES_FILE", path)
+    feedback_samples.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="no judged .* answer for .*make_feedback_samples"):
+            build_corpus(REAL)
+    finally:
+        feedback_samples.cache_clear()
+
+
+@pytest.mark.slow
+def test_the_samples_still_say_what_the_evaluator_says():
+    """The checked-in feedback drifts when the evaluator's wording changes: rerun scripts/make_feedback_samples.py."""
+    data = json.loads(corpus_module.FEEDBACK_SAMPLES_FILE.read_text())
+    picked = {}
+    # One per kind for one task. A crash's log and the grid mistake's garbage (the never-written tail
+    # of the output holds whatever memory was there) vary from run to run: only their first line is compared.
+    for e in data["entries"]:
+        if e["task_id"] == "20_LeakyReLU":
+            picked.setdefault(e["kind"], e)
+    judge = data["judge"]
+    evaluator = Evaluator(EvalConfig(backend=judge["backend"], shape=judge["shape"], seeds=judge["seeds"], timed_runs=1,
+                                     max_workers=2, verdict_cache_size=0))
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            verdicts = list(pool.map(lambda e: evaluator.evaluate(e["task_id"], e["answer"]), picked.values()))
+    finally:
+        evaluator.close()
+    assert set(picked) == {"ok", *MISTAKES}
+    for e, v in zip(picked.values(), verdicts, strict=True):
+        assert v.status == e["status"], (e["kind"], v.status)
+        if e["kind"] in ("no_mask", "grid"):
+            assert v.feedback.splitlines()[0] == e["feedback"].splitlines()[0], (e["kind"], v.feedback)
+        else:
+            assert v.feedback == e["feedback"], (e["kind"], v.feedback, e["feedback"])
