@@ -12,7 +12,12 @@ then launching, moves them off the verdict's path when workers are pre-warmed (`
 
 What it does not do: share anything with a submission. It runs before the submission is imported, its
 compiled artifacts go to the worker's own Triton cache (Triton's code, not the submission's), and its
-launch is not counted (the launch counter is installed after it).
+launch is not counted (its count is reset before the submission is imported).
+
+A cost to watch: the warm-up runs outside the per-GPU timing lock, like the worker's CUDA start-up
+before it, so its one 64-element kernel may run on the GPU while another verdict is timing. That is one
+context switch (tens of microseconds) inside at most one of that verdict's 20 timed calls, whose median
+is what counts; measuring it is listed in docs/eval_speed.md.
 """
 
 from __future__ import annotations
