@@ -9,8 +9,9 @@ a cold Triton cache that imports torch and triton, initialises CUDA, loads the c
 first and second forward at the small shape, changing one thing the worker does differently:
 
 - `plain`: the baseline's setting (inherits this environment).
-- `worker_env`: the worker's environment (prewarm.py: only the kept variables, HOME/TMPDIR in a
-  fresh folder, PYTHONDONTWRITEBYTECODE, PYTHONNOUSERSITE, OMP_NUM_THREADS=1) and its rlimits.
+- `worker_env`: the worker's environment (`prewarm.worker_environment`: only the kept variables,
+  HOME/TMPDIR in a fresh folder, PYTHONDONTWRITEBYTECODE, PYTHONNOUSERSITE, OMP_NUM_THREADS=1); not its
+  rlimits.
 - `controls`: the worker's runtime controls around the call (LaunchCounter + DispatchGuard).
 - `worker_env+controls`: both.
 - `*_profiled`: the same under cProfile; the top functions by cumulative time are printed.
@@ -29,9 +30,12 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # benchmarks run from a checkout
+
+from kernelflow.eval.prewarm import worker_environment  # noqa: E402
 
 CHILD = r'''
-import json, os, resource, sys, time
+import json, os, sys, time
 t0 = time.perf_counter()
 import torch, triton
 torch.cuda.init(); torch.empty(1, device="cuda")
@@ -69,17 +73,9 @@ second = call()
 print("PROBE " + json.dumps({"setup_s": setup, "first_s": first, "second_s": second}), flush=True)
 '''
 
-KEEP = ("PATH", "LANG", "LC_ALL", "CUDA_HOME", "LD_LIBRARY_PATH", "NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES",
-        "VIRTUAL_ENV", "PYTHONPATH", "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH")
-
-
 def run(name: str, worker_env: bool, controls: bool, profile: bool) -> dict:
     with tempfile.TemporaryDirectory(prefix="probe-") as tmp:
-        if worker_env:
-            env = {k: os.environ[k] for k in KEEP if k in os.environ}
-            env.update(HOME=tmp, TMPDIR=tmp, PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1", OMP_NUM_THREADS="1")
-        else:
-            env = dict(os.environ)
+        env = worker_environment(Path(tmp), "cuda") if worker_env else dict(os.environ)
         env.update(TRITON_CACHE_DIR=str(Path(tmp) / "triton_cache"), PROBE_ROOT=str(ROOT),
                    PROBE_CONTROLS="1" if controls else "0", PROBE_PROFILE="1" if profile else "0")
         env.pop("TRITON_INTERPRET", None)

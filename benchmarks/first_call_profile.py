@@ -41,8 +41,12 @@ from tests.helpers.solutions import solution_source  # noqa: E402
 SESSIONS: dict[int, dict] = {}  # id(session) -> what was measured in it
 
 
+def _empty() -> dict:
+    return {"map_s": 0.0, "calls": [], "reference_s": []}
+
+
 def _record(session) -> dict:
-    return SESSIONS.setdefault(id(session), {"map_s": 0.0, "calls": [], "reference_s": []})
+    return SESSIONS.setdefault(id(session), _empty())
 
 
 def instrument() -> None:
@@ -148,7 +152,7 @@ def main() -> int:
         # A nonce keeps every source unique, as in a GRPO group of different answers.
         verdict = evaluator.evaluate(args.task, f"{source}\n# profile {i} {time.time_ns()}\n")
         new = [SESSIONS[k] for k in SESSIONS if k not in before]
-        rows.append(summarise(new[0] if new else {"map_s": 0.0, "calls": [], "reference_s": []}, verdict))
+        rows.append(summarise(new[0] if new else _empty(), verdict))
         print(json.dumps(rows[-1].get("first")), flush=True)
     evaluator.close()
     result = {"meta": {"date": datetime.now(UTC).isoformat(timespec="seconds"), "backend": args.backend,

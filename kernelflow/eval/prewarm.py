@@ -72,6 +72,16 @@ class SpawnSpec:
         return cls(backend, str(device), config.l2_flush_mb, config.output_limit_mb, config.memory_limit_mb)
 
 
+def worker_environment(workdir: Path, backend: str) -> dict[str, str]:
+    """A worker's whole environment: the kept variables only, everything else pointing into `workdir`."""
+    env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
+    env.update(HOME=str(workdir), TMPDIR=str(workdir), PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1",
+               PYTHONUNBUFFERED="1", TRITON_CACHE_DIR=str(workdir / "triton_cache"), OMP_NUM_THREADS="1")
+    if backend == "interpret":
+        env["TRITON_INTERPRET"] = "1"
+    return env
+
+
 def _limits(spec: SpawnSpec):
     def apply() -> None:
         out = spec.output_limit_mb << 20
@@ -111,12 +121,7 @@ class WorkerHandle:
             raise
 
     def _spawn(self) -> None:
-        env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
-        env.update(HOME=str(self.workdir), TMPDIR=str(self.workdir), PYTHONDONTWRITEBYTECODE="1",
-                   PYTHONNOUSERSITE="1", PYTHONUNBUFFERED="1", TRITON_CACHE_DIR=str(self.workdir / "triton_cache"),
-                   OMP_NUM_THREADS="1")
-        if self.spec.backend == "interpret":
-            env["TRITON_INTERPRET"] = "1"
+        env = worker_environment(self.workdir, self.spec.backend)
         address = str(self.sockdir / "judge.sock")
         authkey = secrets.token_bytes(32)
         self._listener = Listener(address, family="AF_UNIX", authkey=authkey)

@@ -62,6 +62,10 @@ class LaunchCounter:
         self.wrapped: list[tuple[type, object]] = []
         self.on_first_launch = None  # set per call: records the start event at the call's first launch
 
+    def reset(self) -> None:
+        """Forget the launches counted so far (the worker's own warm-up launch, before any submission)."""
+        self.own = self.other = 0
+
     def install(self) -> None:
         import triton.runtime.jit as jit
 

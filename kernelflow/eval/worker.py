@@ -109,7 +109,7 @@ class Worker:
         t_warm = time.perf_counter()
         if not launch_under(self.guard_cls(), self.device):
             raise RuntimeError("the warm-up kernel computed a wrong result")
-        self.counter.own = self.counter.other = 0
+        self.counter.reset()
         self.warm_kernel_s = time.perf_counter() - t_warm
 
         self.warmup_s = time.perf_counter() - t0
