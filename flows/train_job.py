@@ -186,7 +186,7 @@ def main(job_path: str) -> None:
         write_json(stage_dir / "updates.json", [m.to_dict() for m in updates])
         write_json(stage_dir / RESULT_FILE, {"checkpoint": str(info.path), "counts": counts, "updates": loop.updates,
                                              "num_processes": dp.world_size})
-    dp.barrier()
+    dp.close()
 
 
 if __name__ == "__main__":

@@ -129,6 +129,20 @@ class DataParallel:
     def barrier(self) -> None:
         self.accelerator.wait_for_everyone()
 
+    def close(self) -> None:
+        """Wait for every rank, then leave the process group.
+
+        Call it last, on every rank. A process that exits with its gloo group still alive can die in
+        interpreter teardown with SIGABRT ("terminate called without an active exception": gloo's worker
+        threads outlive the interpreter; pytorch/pytorch#190489), which fails the launch after the work
+        itself succeeded. Destroying the group while Python is fully alive avoids it.
+        """
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            self.barrier()
+            dist.destroy_process_group()
+
     def gather_group(self, local: GroupRollout) -> GroupRollout:
         """The whole group from every rank's share: episodes in rank order, renumbered 0..G-1.
 

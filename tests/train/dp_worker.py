@@ -133,6 +133,7 @@ def main() -> None:
     reports = {case["name"]: dp.gather(run_case(case, spec, out_dir, dp)) for case in spec["cases"]}
     if dp.is_main:
         (out_dir / "reports.json").write_text(json.dumps(reports, indent=1))
+    dp.close()
 
 
 if __name__ == "__main__":

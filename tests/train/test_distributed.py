@@ -157,3 +157,30 @@ def test_the_flow_runs_a_training_epoch_as_a_two_process_job(tmp_path, model_cac
     meta = json.loads((run / "checkpoints" / "epoch-1" / "trainer_state.json").read_text())
     assert meta["updates"] == 4 and meta["epochs_completed"] == 1
     assert state["trained_eval"]["status"] == "completed"  # the flow's policy was rebuilt from that checkpoint
+
+
+def test_close_waits_for_every_rank_then_leaves_the_process_group(monkeypatch):
+    """A rank that exits with its gloo group alive can abort in interpreter teardown; close() prevents it."""
+    import socket
+
+    import torch.distributed as dist
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    events = []
+
+    class Accelerator:  # only what close() touches: the barrier
+        def wait_for_everyone(self):
+            events.append(("barrier", dist.is_initialized()))
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        DataParallel(Accelerator()).close()
+        assert events == [("barrier", True)]  # the barrier ran while the group still existed
+        assert not dist.is_initialized()
+        DataParallel(Accelerator()).close()  # a second close (or one outside a launcher) is a no-op
+        assert events == [("barrier", True)]
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
