@@ -7,7 +7,9 @@ The mixed batch: the ten honest controls (tests/fixtures/solutions) plus failing
 compile error, a static rejection, a wrong result), each made unique (a comment with a nonce), with
 the verdict cache off, so every verdict really runs. For every pool size P it is judged by
 `Evaluator(max_workers=P)` with pre-warmed workers off (`prewarm_workers=0`) and on (`=P`, pool warm
-before the batch starts), fed by P client threads; then by the baseline at the same concurrency.
+before the batch starts; `--prewarm`), once per GPU-lock mode (`--gpu-lock exclusive shared_checks`:
+every call alone on the GPU, or only the timed ones), fed by P client threads; and by the baseline at
+the same concurrency.
 
 The baseline is written here, after KernelBench's eval: a fresh `python` process per sample (spawned
 by P client threads), imports inside it, the reference model run in the same process, 5 correctness
@@ -48,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # benchmarks run from a checkout; tests/helpers holds the controls
 
 from kernelflow.eval import EVALUATOR_VERSION, EvalConfig, Evaluator  # noqa: E402
+from kernelflow.eval.config import GPU_LOCK_MODES  # noqa: E402
 from kernelflow.tasks import TASKS  # noqa: E402
 from tests.helpers.solutions import solution_source  # noqa: E402
 
@@ -96,6 +99,7 @@ def log(msg: str) -> None:
 
 
 def run_kernelflow(config: EvalConfig, batch, pool: int, prewarm: bool) -> dict:
+    """The batch through one evaluator of `pool` workers (its GPU-lock mode is `config.gpu_lock`)."""
     ev = Evaluator(replace(config, max_workers=pool, prewarm_workers=pool if prewarm else 0, verdict_cache_size=0))
     try:
         if prewarm:
@@ -115,7 +119,8 @@ def run_kernelflow(config: EvalConfig, batch, pool: int, prewarm: bool) -> dict:
                 statuses.append(v.status)
                 splits.append(v.wall_time.__dict__ if v.wall_time else None)
                 rows.append({"label": label, "status": v.status, "latency_s": dt})
-                log(f"  kernelflow P={pool} prewarm={'on' if prewarm else 'off'} {label:<24} {v.status:<16} {dt:6.2f} s"
+                log(f"  kernelflow P={pool} prewarm={'on' if prewarm else 'off'} lock={config.gpu_lock} "
+                    f"{label:<24} {v.status:<16} {dt:6.2f} s"
                     f"  ({len(lat)}/{len(batch)})")
 
         t0 = time.monotonic()
@@ -313,15 +318,16 @@ def markdown(result: dict) -> str:
              f"torch {m['torch']}, triton {m['triton']}, Python {m['python']}, evaluator {m['evaluator_version']}; "
              f"seeds {m['seeds']}, timed_runs {m['timed_runs']}; batch of {m['batch_size']} unique submissions "
              f"(10 honest controls, compile error, static rejection, wrong result), verdict cache off.", "",
-             "| judge | pool | prewarm | n | p50 s | p95 s | throughput /min | vs baseline | statuses | "
+             "| judge | pool | prewarm | GPU lock | n | p50 s | p95 s | throughput /min | vs baseline | statuses | "
              "median worker start s | median compile s | median correctness s | median reference s | "
              "median GPU-lock wait s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in result["runs"]:
         s = row["summary"]
         ratio = row.get("throughput_vs_baseline")
         statuses = ", ".join(f"{k} {v}" for k, v in s["statuses"].items())
-        lines.append(f"| {row['judge']} | {row['pool']} | {row.get('prewarm', '-')} | {s['n']} | {fmt(s['p50_s'])} | "
+        lines.append(f"| {row['judge']} | {row['pool']} | {row.get('prewarm', '-')} | {row.get('gpu_lock', '-')} | "
+                     f"{s['n']} | {fmt(s['p50_s'])} | "
                      f"{fmt(s['p95_s'])} | {fmt(s['throughput_per_min'], '.1f')} | "
                      f"{'-' if ratio is None else f'{ratio:.2f}x'} | {statuses} | {fmt(s.get('median_worker_start_s'))} | "
                      f"{fmt(s.get('median_compile_s'))} | {fmt(s.get('median_correctness_s'))} | "
@@ -356,6 +362,9 @@ def main() -> int:
     parser.add_argument("--single-repeats", type=int, default=3, help="idle-pool single-verdict repeats")
     parser.add_argument("--hang-timeout-s", type=float, default=10.0, help="0: skip the timeout comparison")
     parser.add_argument("--env-server", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--prewarm", choices=["off", "on", "both"], default="both")
+    parser.add_argument("--gpu-lock", nargs="+", choices=list(GPU_LOCK_MODES), default=["exclusive"],
+                        help="the evaluator's GPU-lock modes to compare (EvalConfig.gpu_lock); each runs the batch")
     parser.add_argument("--out", default="benchmark-results")
     args = parser.parse_args()
     backend = args.backend
@@ -385,13 +394,14 @@ def main() -> int:
         base = run_baseline(backend, shape, batch, pool, config.timeout_s)
         result["runs"].append({"judge": "kernelbench-style", "pool": pool, "summary": base})
         save()
-        for prewarm in (False, True):
-            log(f"pool size {pool}: kernelflow, prewarm {'on' if prewarm else 'off'}")
-            kf = run_kernelflow(config, batch, pool, prewarm)
-            ratio = kf["throughput_per_min"] / base["throughput_per_min"]
-            result["runs"].append({"judge": "kernelflow", "pool": pool, "prewarm": "on" if prewarm else "off",
-                                   "summary": kf, "throughput_vs_baseline": ratio})
-            save()
+        for prewarm in {"off": (False,), "on": (True,), "both": (False, True)}[args.prewarm]:
+            for mode in args.gpu_lock:
+                log(f"pool size {pool}: kernelflow, prewarm {'on' if prewarm else 'off'}, gpu lock {mode}")
+                kf = run_kernelflow(replace(config, gpu_lock=mode), batch, pool, prewarm)
+                ratio = kf["throughput_per_min"] / base["throughput_per_min"]
+                result["runs"].append({"judge": "kernelflow", "pool": pool, "prewarm": "on" if prewarm else "off",
+                                       "gpu_lock": mode, "summary": kf, "throughput_vs_baseline": ratio})
+                save()
     log("idle pool, single ReLU verdicts")
     result["idle_pool_single"] = {("on" if p else "off"): idle_pool_single(config, p, args.single_repeats)
                                   for p in (False, True)}

@@ -69,7 +69,7 @@ case "$what" in
     echo "train_step rc=$?"
     ;;
   throughput)
-    timeout 420 $py benchmarks/eval_throughput.py --backend cuda --shape full --pool-sizes 2 --single-repeats 2 \
+    timeout 420 $py benchmarks/eval_throughput.py --backend cuda --shape full --pool-sizes 2 --prewarm on --gpu-lock exclusive shared_checks --single-repeats 2 \
       --hang-timeout-s 0 --no-env-server --out "$out/eval_throughput" >"$out/eval_throughput.log" 2>&1
     echo "eval_throughput rc=$?"
     ;;

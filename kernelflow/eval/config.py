@@ -13,6 +13,9 @@ from dataclasses import asdict, dataclass, field
 
 BACKENDS = ("auto", "cuda", "interpret")
 TOLERANCE_MODES = ("task", "kernelbench")
+# How a verdict holds its GPU's lock (gpu_lock.py, session.py): exclusively from its first call to its
+# last, or shared for compilation and correctness calls and exclusively for the timed ones.
+GPU_LOCK_MODES = ("exclusive", "shared_checks")
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,10 @@ class EvalConfig:
     verdict_cache_size: int = 4096  # verdicts kept for identical resubmissions (LRU); 0 disables (cache.py)
     input_cache_mb: int = 256  # inputs + float64 references kept across verdicts; 0 disables (cache.py)
     prewarm_workers: int = 0  # idle pre-warmed workers kept per evaluator (device); 0: spawn per verdict (prewarm.py)
+    # "exclusive": every call of a verdict under one exclusive hold (the mode validated on the H200);
+    # "shared_checks": compilation and correctness calls beside other verdicts', the overhead measurement
+    # and the timed calls alone (more verdicts at once; not yet measured on a GPU, docs/eval_speed.md).
+    gpu_lock: str = "exclusive"
     # Also time torch.compile of the reference (cached per task and shape, like eager) so verdicts carry
     # speedup_vs_compile. Off by default: compiling every task's reference costs tens of seconds once.
     compile_baseline: bool = False
@@ -93,6 +100,8 @@ class EvalConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 problems.append(f"{name}={value!r} (need an int >= 0; 0 disables it)")
+        if self.gpu_lock not in GPU_LOCK_MODES:
+            problems.append(f"gpu_lock={self.gpu_lock!r} (choose one of {GPU_LOCK_MODES})")
         if self.memory_limit_mb < 256:
             problems.append(f"memory_limit_mb={self.memory_limit_mb} (need at least 256)")
         if problems:
@@ -105,7 +114,7 @@ class EvalConfig:
         """The settings that change a verdict (not pool sizes, caches or paths): what `config_hash` covers."""
         d = asdict(self)
         for k in ("max_workers", "cache_dir", "base_seed", "device_index", "verdict_cache_size", "input_cache_mb",
-                  "prewarm_workers"):
+                  "prewarm_workers", "gpu_lock"):
             d.pop(k)
         return d
 

@@ -38,7 +38,7 @@ from kernelflow.eval.reward import compute_reward, roofline_fraction
 from kernelflow.eval.roofline import Calibration, calibrate
 from kernelflow.eval.session import JudgeSession, SessionOutcome
 from kernelflow.eval.static_checks import first_failure, run_static_checks
-from kernelflow.eval.timing import TimingResult, device_lock, time_cuda
+from kernelflow.eval.timing import TimingResult, gpu_lock, time_cuda
 from kernelflow.eval.verdict import Check, Status, Verdict, WallTime, code_sha256
 from kernelflow.tasks import Task, extract_code, generate_inputs, get_task
 
@@ -191,8 +191,13 @@ class Evaluator:
         return self._from_outcome(task, config, code, outcome, checks, queue_s, started)
 
     @contextmanager
-    def _gpu_lock(self):
-        ctx = device_lock(self.config.device_index, self.config.cache_dir) if self.backend == "cuda" else nullcontext()
+    def _gpu_lock(self, shared: bool = False):
+        """This GPU's lock, shared or exclusive (gpu_lock.py); nothing to hold under the interpreter."""
+        if self.backend != "cuda":
+            ctx = nullcontext()
+        else:
+            lock = gpu_lock(self.config.device_index, self.config.cache_dir)
+            ctx = lock.shared() if shared else lock.exclusive()
         with ctx:
             yield
 

@@ -25,8 +25,9 @@ import signal
 import statistics
 import subprocess
 import time
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 import torch.multiprocessing  # noqa: F401  (registers the CUDA IPC reductions used to share buffers)
@@ -71,6 +72,48 @@ class SessionOutcome:
     log_tail: str = ""
 
 
+class LockHolds:
+    """Which hold of the GPU lock a session's calls run under (`EvalConfig.gpu_lock`, gpu_lock.py).
+
+    "exclusive": the first hold asked for is taken exclusively and kept to the end, whatever the calls.
+    "shared_checks": each step asks for what it needs (`hold(exclusive)`): the timer-overhead step and
+    the timed calls exclusive, the compilation and correctness calls shared; changing mode releases one
+    hold and queues for the other (no upgrade in place: that deadlocks two upgraders). `gpu_lock` is
+    the evaluator's context factory, `gpu_lock(shared=...)`.
+    """
+
+    def __init__(self, gpu_lock, mode: str) -> None:
+        self.gpu_lock = gpu_lock
+        self.mode = mode
+        self.held: str | None = None  # "exclusive" or "shared"
+        self.stack = ExitStack()
+        self.waited_s = 0.0  # all waits for the lock, summed
+
+    def hold(self, exclusive: bool) -> float:
+        """Hold the lock in the mode this step needs; returns the seconds spent waiting for it."""
+        if self.mode == "exclusive":
+            if self.held is not None:
+                return 0.0
+            want, ctx = "exclusive", self.gpu_lock
+        else:
+            want = "exclusive" if exclusive else "shared"
+            if self.held == want:
+                return 0.0
+            ctx = partial(self.gpu_lock, shared=want == "shared")
+        self.stack.close()
+        self.held = None
+        t = time.monotonic()
+        self.stack.enter_context(ctx())
+        self.held = want
+        waited = time.monotonic() - t
+        self.waited_s += waited
+        return waited
+
+    def close(self) -> None:
+        self.stack.close()
+        self.held = None
+
+
 def build_plan(task: Task, config: EvalConfig, seeds: list[int], backend: str = "cuda") -> list[CallSpec]:
     """The calls of one session: seeds, the odd shape, a repeat, then `timed_runs` fresh calls.
 
@@ -98,7 +141,7 @@ class JudgeSession:
                  references: ReferenceCache | None = None, evaluator_version: str = "",
                  arenas: ArenaPool | None = None):
         self.task = task
-        self.gpu_lock = gpu_lock  # held from the first call to the last, so no work of ours overlaps a timing
+        self.gpu_lock = gpu_lock  # gpu_lock(shared=False): held as `LockHolds` says, so no work of ours overlaps a timing
         self.source = source
         self.config = config
         self.backend = backend
@@ -416,15 +459,39 @@ class JudgeSession:
                                   log_tail=self._log_tail())
         if hello.get("event") != "ready":
             return self._death_outcome("start-up")
-        t_wait = time.monotonic()
-        with self.gpu_lock():
-            # Waiting for other verdicts' timed phases is not the submission's time: without this, a
-            # busy GPU would turn honest submissions into timeouts.
-            waited = time.monotonic() - t_wait
-            self.deadline += waited
+        self.holds = LockHolds(self.gpu_lock, self.config.gpu_lock)
+        try:
+            if self.config.gpu_lock == "shared_checks":
+                measured = self._measure_overhead()
+                if measured is not None:
+                    return measured
             outcome = self._calls(hello, worker_start_s)
-            outcome.gpu_wait_s = waited
-            return outcome
+        finally:
+            self.holds.close()
+        outcome.gpu_wait_s = self.holds.waited_s
+        return outcome
+
+    def _hold(self, exclusive: bool) -> None:
+        """Hold the GPU lock as the next step needs it (`LockHolds`).
+
+        Waiting for other verdicts is not the submission's time: without moving the deadline, a busy
+        GPU would turn honest submissions into timeouts.
+        """
+        self.deadline += self.holds.hold(exclusive)
+
+    def _measure_overhead(self) -> SessionOutcome | None:
+        """Have the worker measure its timer's overhead alone on the GPU, before any call (shared mode).
+
+        In exclusive mode the worker measures it at the first call, which runs under the exclusive hold;
+        under a shared hold that call would overlap other verdicts' work, and moving the measurement to
+        a timed call would let the submission's code run first. So it is a step of its own.
+        """
+        self._hold(exclusive=True)
+        self._send({"op": "measure"})
+        reply = self._recv_json()
+        if reply.get("event") != "measured":
+            return self._death_outcome("the timer-overhead measurement")
+        return None
 
     def _calls(self, hello: dict, worker_start_s: float) -> SessionOutcome:
         checks: dict[str, Check] = {"imports": Check(True)}
@@ -440,6 +507,7 @@ class JudgeSession:
         t_timing = None
         last: CompareResult | None = None
         for i, spec in enumerate(plan):
+            self._hold(exclusive=spec.timed)
             if spec.timed and t_timing is None:
                 t_timing = time.monotonic()
             t_ref = time.monotonic()

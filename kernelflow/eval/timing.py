@@ -1,7 +1,8 @@
 """GPU timing on the judge's side: the per-device lock, eager-PyTorch timing and the calibration runs.
 
-Every timed phase of ours (a verdict's calls, eager timing, calibration, benchmarks) holds
-`device_lock(index)`, a cross-process file lock per GPU, so no work of ours overlaps a measurement.
+Every timed phase of ours (a verdict's timed calls, eager timing, calibration, benchmarks) holds
+`device_lock(index)`, the exclusive mode of the GPU's cross-process lock (gpu_lock.py), so no work of
+ours overlaps a measurement.
 `time_cuda(fn, ...)` times a callable the way the worker times a submission: fresh inputs made
 before the clock starts, L2 flushed after they are made, the GPU kept busy by a short spin while
 the host reaches its first launch (`cover_launch_latency`), device-wide synchronize before the end
@@ -22,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from filelock import FileLock
+
+from kernelflow.eval.gpu_lock import GpuLock
 
 
 def cache_dir(configured: str | None = None) -> Path:
@@ -32,11 +34,15 @@ def cache_dir(configured: str | None = None) -> Path:
     return path
 
 
+def gpu_lock(device_index: int, configured_dir: str | None = None) -> GpuLock:
+    """The readers-writer lock of one GPU (gpu_lock.py), shared by the CLI, benchmarks and the server."""
+    return GpuLock(cache_dir(configured_dir), device_index)
+
+
 @contextmanager
 def device_lock(device_index: int, configured_dir: str | None = None, timeout_s: float = -1):
-    """Hold the exclusive timing lock of one GPU (shared by the CLI, benchmarks and the server)."""
-    lock = FileLock(str(cache_dir(configured_dir) / f"gpu{device_index}.lock"), timeout=timeout_s)
-    with lock:
+    """Hold one GPU's lock exclusively: no other work of ours runs on it meanwhile."""
+    with gpu_lock(device_index, configured_dir).exclusive(timeout_s):
         yield
 
 

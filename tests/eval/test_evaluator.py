@@ -171,7 +171,7 @@ def test_waiting_for_the_gpu_lock_is_reported_and_not_charged_to_the_submission(
     ev = Evaluator(replace(CONFIG, timeout_s=10, verdict_cache_size=0))
 
     @contextlib.contextmanager
-    def busy_gpu():
+    def busy_gpu(shared=False):
         time.sleep(11)  # as if other verdicts held the GPU for longer than this submission's limit
         yield
 
@@ -181,3 +181,78 @@ def test_waiting_for_the_gpu_lock_is_reported_and_not_charged_to_the_submission(
     assert v.wall_time.gpu_wait_s >= 11
     assert v.wall_time.total_s >= v.wall_time.gpu_wait_s
     assert v.wall_time.baselines_s is None  # nothing is timed under the interpreter
+
+
+class RecordingLock:
+    """Stands in for the evaluator's GPU lock: records each hold and how many worker calls ran under it."""
+
+    def __init__(self):
+        self.events: list[tuple[str, str]] = []
+        self.current: str | None = None  # the hold active now
+
+    def __call__(self, shared=False):
+        import contextlib
+
+        mode = "shared" if shared else "exclusive"
+
+        @contextlib.contextmanager
+        def hold():
+            self.events.append(("enter", mode))
+            self.current = mode
+            try:
+                yield
+            finally:
+                self.current = None
+                self.events.append(("exit", mode))
+
+        return hold()
+
+
+@pytest.mark.parametrize("mode, expected", [
+    ("exclusive", ["exclusive"]),  # one hold from the first call to the last
+    # the overhead measurement alone, the correctness calls beside others, the timed calls alone
+    ("shared_checks", ["exclusive", "shared", "exclusive"]),
+])
+def test_a_verdict_holds_the_gpu_lock_as_its_mode_says(monkeypatch, mode, expected):
+    from kernelflow.eval.session import JudgeSession
+
+    ev = Evaluator(replace(CONFIG, gpu_lock=mode))
+    lock = RecordingLock()
+    monkeypatch.setattr(ev, "_gpu_lock", lock)
+    sent = []
+    real_send = JudgeSession._send
+
+    def recording_send(self, msg):  # which hold each message to the worker was sent under
+        sent.append((msg.get("op"), lock.current))
+        return real_send(self, msg)
+
+    monkeypatch.setattr(JudgeSession, "_send", recording_send)
+    v = ev.evaluate("19_ReLU", RELU)
+    assert v.status == Status.OK, v.feedback
+    entered = [m for kind, m in lock.events if kind == "enter"]
+    assert entered == expected
+    assert len(lock.events) == 2 * len(expected)  # every hold released
+    assert [kind for kind, _ in lock.events] == ["enter", "exit"] * len(expected)  # never two at once
+    calls = [held for op, held in sent if op == "call"]
+    assert calls and None not in calls  # no call without a hold
+    if mode == "shared_checks":
+        assert sent[0] == ("measure", "exclusive")
+        # the last two calls are the timed ones (the interpreter makes two): alone on the GPU
+        assert calls[-2:] == ["exclusive", "exclusive"] and set(calls[:-2]) == {"shared"}
+    else:
+        assert "measure" not in [op for op, _ in sent]
+
+
+def test_a_failing_submission_releases_its_shared_hold(monkeypatch):
+    ev = Evaluator(replace(CONFIG, gpu_lock="shared_checks"))
+    lock = RecordingLock()
+    monkeypatch.setattr(ev, "_gpu_lock", lock)
+    wrong = RELU.replace("tl.maximum(x.to(tl.float32), 0.0)", "tl.minimum(x.to(tl.float32), 0.0)")
+    v = ev.evaluate("19_ReLU", wrong)
+    assert v.status == Status.INCORRECT
+    assert lock.events == [("enter", "exclusive"), ("exit", "exclusive"), ("enter", "shared"), ("exit", "shared")]
+
+
+def test_an_unknown_gpu_lock_mode_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match=r"gpu_lock='shared'.*exclusive.*shared_checks"):
+        EvalConfig(gpu_lock="shared")

@@ -6,6 +6,8 @@ these tests assert behaviour: a timed verdict with sane fields, that side-stream
 and that the evaluator survives an illegal memory access.
 """
 
+from dataclasses import replace
+
 import pytest
 
 from kernelflow.eval import EvalConfig, Evaluator
@@ -100,3 +102,21 @@ def test_full_shape_softmax_control_is_correct_and_timed():
     v = ev.evaluate("23_Softmax", solution_source("23_Softmax"))
     assert v.status == "ok", v.feedback
     assert v.timed and v.t_min_ms < v.runtime_ms
+
+
+def test_shared_checks_mode_keeps_other_verdicts_out_of_the_timed_calls():
+    """Four verdicts at once with compilation and correctness calls shared: each timed phase still
+    runs alone, so the times match a verdict judged alone (overlapping work would double a 3 ms ReLU)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    config = EvalConfig(backend="cuda", shape="full", timed_runs=10, timeout_s=600, verdict_cache_size=0)
+    alone = Evaluator(config).evaluate("19_ReLU", solution_source("19_ReLU"))
+    assert alone.status == "ok", alone.feedback
+    shared = Evaluator(replace(config, gpu_lock="shared_checks", max_workers=4))
+    sources = [solution_source("19_ReLU") + f"\n# copy {i}\n" for i in range(4)]  # four distinct submissions
+    with ThreadPoolExecutor(4) as pool:
+        verdicts = list(pool.map(lambda s: shared.evaluate("19_ReLU", s), sources))
+    for v in verdicts:
+        assert v.status == "ok", v.feedback
+        assert abs(v.runtime_ms - alone.runtime_ms) < 0.1 * alone.runtime_ms, (v.runtime_ms, alone.runtime_ms)
+    assert max(v.wall_time.gpu_wait_s for v in verdicts) > 0  # they did contend for the timed phase
