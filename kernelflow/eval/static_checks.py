@@ -54,6 +54,7 @@ from kernelflow.eval.static_analysis import (  # the tables and the name resolut
     classify,
 )
 from kernelflow.eval.verdict import Check
+from kernelflow.tasks import pysource
 
 # ---- the checks ------------------------------------------------------------------------------
 
@@ -345,7 +346,7 @@ def run_static_checks(source: str) -> dict[str, Check]:
     A check that raises fails closed: the submission is rejected with the analysis error, never run.
     """
     try:
-        tree = ast.parse(source)
+        tree = pysource.parse(source)
     except SyntaxError as exc:
         where = f"line {exc.lineno}, column {exc.offset}: " if exc.lineno else ""
         return {"parses": Check(False, f"{where}SyntaxError: {exc.msg}")}

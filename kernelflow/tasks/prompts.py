@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import re
 
+from kernelflow.tasks import pysource
 from kernelflow.tasks.spec import Task
 
 SYSTEM_PROMPT = (
@@ -156,7 +157,7 @@ def extract_code(answer: str) -> str | None:
     if not text:
         return None
     try:
-        tree = ast.parse(text)
+        tree = pysource.parse(text)
     except SyntaxError:
         return None
     defines = any(isinstance(n, (ast.ClassDef, ast.FunctionDef)) for n in ast.walk(tree))
