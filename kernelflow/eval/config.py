@@ -13,9 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 BACKENDS = ("auto", "cuda", "interpret")
 TOLERANCE_MODES = ("task", "kernelbench")
-# How a verdict holds its GPU's lock (gpu_lock.py, session.py): exclusively from its first call to its
-# last, or shared for compilation and correctness calls and exclusively for the timed ones.
-GPU_LOCK_MODES = ("exclusive", "shared_checks")
+GPU_LOCK_MODES = ("exclusive", "shared_checks")  # the choices of EvalConfig.gpu_lock (session.LockHolds)
 
 
 @dataclass(frozen=True)

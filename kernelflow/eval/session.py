@@ -27,7 +27,6 @@ import subprocess
 import time
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
-from functools import partial
 
 import torch
 import torch.multiprocessing  # noqa: F401  (registers the CUDA IPC reductions used to share buffers)
@@ -91,19 +90,13 @@ class LockHolds:
 
     def hold(self, exclusive: bool) -> float:
         """Hold the lock in the mode this step needs; returns the seconds spent waiting for it."""
-        if self.mode == "exclusive":
-            if self.held is not None:
-                return 0.0
-            want, ctx = "exclusive", self.gpu_lock
-        else:
-            want = "exclusive" if exclusive else "shared"
-            if self.held == want:
-                return 0.0
-            ctx = partial(self.gpu_lock, shared=want == "shared")
+        want = "shared" if self.mode == "shared_checks" and not exclusive else "exclusive"
+        if self.held == want:
+            return 0.0
         self.stack.close()
         self.held = None
         t = time.monotonic()
-        self.stack.enter_context(ctx())
+        self.stack.enter_context(self.gpu_lock(shared=want == "shared"))
         self.held = want
         waited = time.monotonic() - t
         self.waited_s += waited

@@ -184,7 +184,7 @@ def test_waiting_for_the_gpu_lock_is_reported_and_not_charged_to_the_submission(
 
 
 class RecordingLock:
-    """Stands in for the evaluator's GPU lock: records each hold and how many worker calls ran under it."""
+    """Stands in for the evaluator's GPU lock: records each hold taken and released, and the one active now."""
 
     def __init__(self):
         self.events: list[tuple[str, str]] = []
