@@ -187,6 +187,12 @@ def test_the_samples_still_say_what_the_evaluator_says():
         evaluator.close()
     assert set(picked) == {"ok", *MISTAKES}
     for e, v in zip(picked.values(), verdicts, strict=True):
+        if e["kind"] == "no_mask" and v.status != e["status"]:
+            # An unmasked access past the tensor is undefined behaviour under the interpreter: usually the
+            # worker dies (crashed), but on some memory layouts the stray read or write lands in mapped memory
+            # and surfaces as a Python exception instead (seen once in CI). Either way no verdict is correct.
+            assert v.status == "runtime_error" and not v.correct, (e["kind"], v.status)
+            continue
         assert v.status == e["status"], (e["kind"], v.status)
         if e["kind"] in ("no_mask", "grid"):
             assert v.feedback.splitlines()[0] == e["feedback"].splitlines()[0], (e["kind"], v.feedback)
