@@ -193,3 +193,6 @@ if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit("usage: python -m torch.distributed.run --nproc_per_node N -m flows.train_job JOB.json")
     main(sys.argv[1])
+    from kernelflow.train.distributed import end_rank
+
+    end_rank(0)  # no interpreter finalisation with gloo threads alive (DataParallel.close says why)

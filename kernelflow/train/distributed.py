@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 import os
+import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -53,6 +55,23 @@ def check_world(config: TrainerConfig, world_size: int) -> None:
             f"group_size={config.group_size} cannot be split evenly over {world_size} processes; "
             "use a group_size that is a multiple of the process count"
         )
+
+
+def end_rank(code: int = 0) -> NoReturn:
+    """End a launched rank now, without interpreter finalisation: flush its output, then `os._exit`.
+
+    What still references the gloo group at exit (a DDP wrapper in a reference cycle, the caller's
+    locals) would otherwise be destroyed during finalisation, when gloo's threads can abort the process
+    (see `DataParallel.close`). Everything a rank writes is written and closed before this is called;
+    atexit handlers do not run (the rank registers none that matter).
+    """
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed or broken pipe: nothing left to save
+            pass
+    os._exit(code)
 
 
 def sampling_seed(seed: int, update: int, rank: int) -> int:
@@ -130,17 +149,21 @@ class DataParallel:
         self.accelerator.wait_for_everyone()
 
     def close(self) -> None:
-        """Wait for every rank, then leave the process group.
+        """Wait for every rank, drop the models accelerate holds, then leave the process group.
 
-        Call it last, on every rank. A process that exits with its gloo group still alive can die in
-        interpreter teardown with SIGABRT ("terminate called without an active exception": gloo's worker
-        threads outlive the interpreter; pytorch/pytorch#190489), which fails the launch after the work
-        itself succeeded. Destroying the group while Python is fully alive avoids it.
+        Call it last, on every rank, then end the process with `end_rank`. A rank whose gloo group is
+        still alive when the interpreter finalises can die with SIGABRT ("terminate called without an
+        active exception": gloo's threads outlive the interpreter; pytorch/pytorch#190489), failing the
+        launch after the work succeeded. `destroy_process_group` alone did not prevent it (CI saw the
+        abort again): it only drops the registry's reference, while the DistributedDataParallel wrapper's
+        reducer and accelerate (which keeps every prepared model) may still hold the group, and any C++
+        thread that takes the GIL during finalisation aborts. Hence `end_rank`, which skips finalisation.
         """
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():
             self.barrier()
+            self.accelerator.free_memory()  # its prepared models (and their reducers' group) go now
             dist.destroy_process_group()
 
     def gather_group(self, local: GroupRollout) -> GroupRollout:

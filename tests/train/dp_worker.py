@@ -27,7 +27,7 @@ import torch
 import kernelflow.train.trainer as trainer_module
 from kernelflow.train.advantages import estimate
 from kernelflow.train.config import LoraSettings, PolicyConfig, TrainerConfig
-from kernelflow.train.distributed import DataParallel, sampling_seed
+from kernelflow.train.distributed import DataParallel, end_rank, sampling_seed
 from kernelflow.train.loss import training_sequences
 from kernelflow.train.policy import load_policy
 from kernelflow.train.rollout import collect_group
@@ -138,3 +138,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    end_rank(0)

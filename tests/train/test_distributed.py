@@ -170,17 +170,41 @@ def test_close_waits_for_every_rank_then_leaves_the_process_group(monkeypatch):
         port = s.getsockname()[1]
     events = []
 
-    class Accelerator:  # only what close() touches: the barrier
+    class Accelerator:  # only what close() touches: the barrier and the release of prepared models
         def wait_for_everyone(self):
             events.append(("barrier", dist.is_initialized()))
+
+        def free_memory(self):
+            events.append(("free_memory", dist.is_initialized()))
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     try:
         DataParallel(Accelerator()).close()
-        assert events == [("barrier", True)]  # the barrier ran while the group still existed
+        # the barrier, then the models' release, both while the group still existed; then the group is gone
+        assert events == [("barrier", True), ("free_memory", True)]
         assert not dist.is_initialized()
         DataParallel(Accelerator()).close()  # a second close (or one outside a launcher) is a no-op
-        assert events == [("barrier", True)]
+        assert events == [("barrier", True), ("free_memory", True)]
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def test_end_rank_flushes_what_the_rank_printed_and_logged_then_exits_with_the_code(tmp_path):
+    """os._exit skips the flush of buffered output: end_rank must flush stdout and logging first."""
+    log = tmp_path / "rank.log"
+    script = (
+        "import logging, sys\n"
+        f"logging.basicConfig(filename={str(log)!r}, level=logging.INFO)\n"
+        "logging.getLogger('rank').info('checkpoint written')\n"
+        "sys.stdout.write('reports written')\n"  # no newline: still in the pipe's buffer
+        "import atexit; atexit.register(lambda: print('atexit ran'))\n"
+        "from kernelflow.train.distributed import end_rank\n"
+        "end_rank(3)\n"
+        "print('after end_rank')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"})
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stdout == "reports written"  # flushed; neither atexit handlers nor later code ran
+    assert "checkpoint written" in log.read_text()
