@@ -99,14 +99,18 @@ def test_identical_submissions_in_flight_are_judged_once():
 
     def judge():
         calls.append(1)
-        gate.wait(5)
+        gate.wait(30)
         return _verdict()
 
     results = []
     threads = [threading.Thread(target=lambda: results.append(cache.get_or_judge(("k",), judge))) for _ in range(6)]
     for t in threads:
         t.start()
-    time.sleep(0.2)
+    # Open the gate only once the five others are waiting (a fixed sleep let a slow thread arrive after
+    # the verdict was stored on a loaded machine: a hit, not a wait).
+    deadline = time.monotonic() + 20
+    while cache.stats().waits < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
     gate.set()
     for t in threads:
         t.join(10)

@@ -72,9 +72,20 @@ def test_a_waiting_exclusive_holder_goes_before_later_shared_ones(lock):
     r1.start()
     while not order:
         time.sleep(0.01)
+    def admits_a_reader() -> bool:
+        try:
+            with lock.shared(timeout_s=0.05):
+                return True
+        except Timeout:
+            return False
+
     w = threading.Thread(target=writer)
     w.start()
-    time.sleep(1.0)  # the writer queues (it cannot be observed from outside; it takes milliseconds)
+    # Wait until the writer has queued: from then on no new reader gets in (on a reader-preferring lock
+    # that never happens, and reader 2 below gets in). A fixed sleep could be too short on a loaded machine.
+    deadline = time.monotonic() + 20
+    while admits_a_reader() and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert "writer in" not in order
     r2 = threading.Thread(target=late_reader)
     r2.start()
