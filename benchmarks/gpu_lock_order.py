@@ -30,20 +30,17 @@ class BareLock:
     def __init__(self, directory: Path) -> None:
         self.path = directory / "bare.rwlock"
 
-    @contextmanager
     def shared(self, timeout_s: float = -1):
-        rw = ReadWriteLock(self.path, timeout_s, is_singleton=False)
-        try:
-            with rw.read_lock():
-                yield
-        finally:
-            rw.close()
+        return self._hold("read", timeout_s)
+
+    def exclusive(self, timeout_s: float = -1):
+        return self._hold("write", timeout_s)
 
     @contextmanager
-    def exclusive(self, timeout_s: float = -1):
+    def _hold(self, mode: str, timeout_s: float):
         rw = ReadWriteLock(self.path, timeout_s, is_singleton=False)
         try:
-            with rw.write_lock():
+            with rw.read_lock() if mode == "read" else rw.write_lock():
                 yield
         finally:
             rw.close()
