@@ -12,10 +12,10 @@ Exclusive holders are preferred: once one waits, new shared holders queue behind
 stream of correctness calls cannot starve the timings. filelock's `ReadWriteLock` provides the two
 modes across processes and threads (SQLite transactions on one small database file), but not the
 preference: a waiting writer retries in 0.1 s slices and between them a new reader can get in (3 of 10
-tries within 2 s: benchmarks/gpu_lock_order.py --raw). So a turnstile comes first: a plain `FileLock` on a second file that a
-writer holds from before it asks for the write lock until it has it, and that every reader passes
-through (takes and drops) before asking for the read lock; a reader arriving after a writer therefore
-waits for that writer (tests/eval/test_gpu_lock.py pins this order). Each hold opens its own instances
+tries within 2 s: benchmarks/gpu_lock_order.py --raw). So a turnstile comes first: a plain `FileLock`
+on a second file that a writer holds from before it asks for the write lock until it has it, and that
+every reader passes through (takes and drops) before asking for the read lock; a reader arriving after
+a writer therefore waits for that writer (tests/eval/test_gpu_lock.py pins this order). Each hold opens its own instances
 (`is_singleton=False`): a thread that must wait for another thread's conflicting hold needs its own
 connection and file descriptor. Both locks are the OS's, released when a holder's process dies, so a
 killed judge never leaves a GPU locked.

@@ -72,6 +72,7 @@ def test_a_waiting_exclusive_holder_goes_before_later_shared_ones(lock):
     r1.start()
     while not order:
         time.sleep(0.01)
+
     def admits_a_reader() -> bool:
         try:
             with lock.shared(timeout_s=0.05):
