@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 BACKENDS = ("auto", "cuda", "interpret")
 TOLERANCE_MODES = ("task", "kernelbench")
-GPU_LOCK_MODES = ("exclusive", "shared_checks")  # the choices of EvalConfig.gpu_lock (session.LockHolds)
+GPU_LOCK_MODES = ("exclusive", "shared_checks")  # the choices of EvalConfig.gpu_lock (session/plan.py)
 
 
 @dataclass(frozen=True)
@@ -63,10 +63,15 @@ class EvalConfig:
     verdict_cache_size: int = 4096  # verdicts kept for identical resubmissions (LRU); 0 disables (cache.py)
     input_cache_mb: int = 256  # inputs + float64 references kept across verdicts; 0 disables (cache.py)
     prewarm_workers: int = 0  # idle pre-warmed workers kept per evaluator (device); 0: spawn per verdict (prewarm.py)
-    # "exclusive": every call of a verdict under one exclusive hold (the mode validated on the H200);
-    # "shared_checks": compilation and correctness calls beside other verdicts', the overhead measurement
-    # and the timed calls alone (more verdicts at once; not yet measured on a GPU, docs/eval_speed.md).
-    gpu_lock: str = "exclusive"
+    # "shared_checks": only the timed calls hold the GPU exclusively; compilation and correctness calls
+    # run beside other verdicts' (so no submission's slow host work keeps the GPU from the others).
+    # "exclusive": every call of a verdict under one exclusive hold (the pre-v2 behaviour).
+    gpu_lock: str = "shared_checks"
+    # Each call's own wall-clock limit (session/plan.py): the first call compiles, a timed call must be
+    # quick (it holds the GPU alone), every other call gets `call_limit_s`. All also end at `timeout_s`.
+    first_call_limit_s: float = 60.0
+    call_limit_s: float = 30.0
+    timed_call_limit_s: float = 5.0
     # Also time torch.compile of the reference (cached per task and shape, like eager) so verdicts carry
     # speedup_vs_compile. Off by default: compiling every task's reference costs tens of seconds once.
     compile_baseline: bool = False
@@ -88,8 +93,9 @@ class EvalConfig:
             problems.append(f"seeds={self.seeds} (need at least 1)")
         if self.timed_runs < 1:
             problems.append(f"timed_runs={self.timed_runs} (need at least 1)")
-        if self.timeout_s <= 0:
-            problems.append(f"timeout_s={self.timeout_s} (must be > 0)")
+        for name in ("timeout_s", "first_call_limit_s", "call_limit_s", "timed_call_limit_s"):
+            if getattr(self, name) <= 0:
+                problems.append(f"{name}={getattr(self, name)} (must be > 0 seconds)")
         if self.max_workers < 1:
             problems.append(f"max_workers={self.max_workers} (need at least 1)")
         if not 0 < self.impossible_factor <= 1:

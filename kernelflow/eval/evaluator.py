@@ -36,7 +36,8 @@ from kernelflow.eval.ipc_arena import ArenaPool
 from kernelflow.eval.prewarm import SpawnSpec, WarmPool
 from kernelflow.eval.reward import compute_reward, roofline_fraction
 from kernelflow.eval.roofline import Calibration, calibrate
-from kernelflow.eval.session import JudgeSession, SessionOutcome
+from kernelflow.eval.session import GateCalibration, JudgeSession, SessionOutcome, WorkerLink
+from kernelflow.eval.session import calibrate as calibrate_gate
 from kernelflow.eval.static_checks import first_failure, run_static_checks
 from kernelflow.eval.timing import TimingResult, gpu_lock, time_cuda
 from kernelflow.eval.verdict import Check, Status, Verdict, WallTime, code_sha256
@@ -44,7 +45,7 @@ from kernelflow.tasks import Task, extract_code, generate_inputs, get_task
 
 log = logging.getLogger(__name__)
 
-EVALUATOR_VERSION = f"{kernelflow.__version__}+eval.3"
+EVALUATOR_VERSION = f"{kernelflow.__version__}+eval.4"
 
 
 def resolve_backend(backend: str) -> str:
@@ -71,6 +72,8 @@ class Evaluator:
         self._slots = threading.BoundedSemaphore(self.config.max_workers)
         self._state_lock = threading.Lock()
         self._calibration: Calibration | None = None
+        self._gate: GateCalibration | None = None  # the judge's clock on an empty call (CUDA, gated_clock.py)
+        self._gate_lock = threading.Lock()
         self._eager: dict[tuple, TimingResult] = {}
         self._verdicts = VerdictCache(self.config.verdict_cache_size)
         self._references = ReferenceCache(self.config.input_cache_mb << 20) if self.config.input_cache_mb else None
@@ -95,6 +98,8 @@ class Evaluator:
             "verdict_cache_size": self.config.verdict_cache_size,
             "prewarm_workers": self.config.prewarm_workers,
             "config_hash": config_hash(self.config, EVALUATOR_VERSION),
+            "clock": "judge-side gated CUDA events" if self.backend == "cuda" else "none (interpreter: not timed)",
+            "empty_call_ms": None if self._gate is None else self._gate.median_ms,
         }
 
     def stats(self) -> dict:
@@ -180,15 +185,32 @@ class Evaluator:
         queued = time.monotonic()
         with self._slots:
             queue_s = time.monotonic() - queued
+            gate = self._gate_calibration() if self.backend == "cuda" else None
             session = JudgeSession(task, code, config, self.backend, self.device, config.seed_list(),
                                    gpu_lock=self._gpu_lock, pool=self._pool, references=self._references,
-                                   evaluator_version=EVALUATOR_VERSION, arenas=self._arenas)
+                                   evaluator_version=EVALUATOR_VERSION, arenas=self._arenas, gate=gate)
             outcome = session.run()
             with self._state_lock:
                 self._sessions += 1
                 self._prewarmed_sessions += int(session.prewarmed)
         checks.update(outcome.checks)
         return self._from_outcome(task, config, code, outcome, checks, queue_s, started)
+
+    def _gate_calibration(self) -> GateCalibration:
+        """What the judge's clock reads for an empty call, measured once with a worker that has no submission."""
+        with self._gate_lock:
+            if self._gate is None:
+                link = WorkerLink(SpawnSpec.of(self.config, self.backend, self.device), pool=None)
+                link.deadline = time.monotonic() + max(120.0, self.config.timeout_s)
+                try:
+                    link.start_bare()
+                    with self._gpu_lock():
+                        self._gate = calibrate_gate(link, self.device, self.config.l2_flush_mb)
+                finally:
+                    link.close()
+                log.info("judge clock: an empty gated call reads %.4f ms (min %.4f, max %.4f, %d calls)",
+                         self._gate.median_ms, self._gate.min_ms, self._gate.max_ms, self._gate.runs)
+            return self._gate
 
     @contextmanager
     def _gpu_lock(self, shared: bool = False):

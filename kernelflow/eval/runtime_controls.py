@@ -1,21 +1,27 @@
 """Runtime controls the worker applies around every call of a submission's forward.
 
 - `DispatchGuard` (built by `make_guard`): a TorchDispatchMode that records every aten op outside an
-  allow-list (allocation, views, shape queries), PyTorch called from inside a Triton launch under the
-  interpreter, and host escapes (`Tensor.numpy`, `__array__`, `tolist`).
-- `LaunchCounter`: wraps the launch methods of Triton's kernel classes to count launches of the
-  submission's own kernels (Triton's launch hook is silent under the interpreter) and to start the
-  call's clock at its first launch.
-- `identity_snapshot()`: ids of the timers and launchers a submission could replace.
+  allow-list (allocation, views, shape queries), PyTorch called from inside a Triton launch (a
+  kernel body under the interpreter, or a launch's grid callable), and host escapes (`Tensor.numpy`,
+  `__array__`, `tolist`). After forward returns, still inside the guard, the worker runs a canary op
+  that the guard must see: a guard that was popped or switched off is reported (`canary_seen`).
+- `LaunchCounter`: counts launches of the submission's own kernels, and foreign ones (torch.compile's
+  generated kernels, library kernels). Under the interpreter it wraps `InterpretedFunction.run`; on
+  CUDA it wraps the driver's launcher class (`CudaLauncher`), through which every Triton launch goes,
+  `JITFunction.run` and a compiled kernel's `CompiledKernel[grid](...)` / `.run(...)` alike.
+- `identity_snapshot()`: ids of the functions and classes a submission could replace to fake a
+  launch or hide PyTorch work.
 
-The worker reports what these saw; the judge decides. Runs inside the worker process only.
+These run inside the worker, so the submission's Python can reach them: they are a cheap first layer
+that catches what honest-looking code does, backed by the static checks (which reject the names that
+reach them) and by what the judge decides from its own side (outputs, time: session/). The worker
+reports what they saw; the judge decides.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-import time
 
 # Aten ops a forward may run: allocation, fills, views and shape queries. Anything else is PyTorch
 # doing the task's work (the kernel must do it).
@@ -29,13 +35,6 @@ ALLOWED_ATEN = frozenset({
 })
 
 
-# The subset of ALLOWED_ATEN that queues no device work: a call's clock may start at its first launch
-# only when nothing but these ran before it.
-ALLOCATION_AND_VIEWS = ALLOWED_ATEN - {"fill_", "zero_", "clone", "contiguous", "zeros", "zeros_like", "ones",
-                                       "ones_like", "full", "full_like", "new_zeros", "new_ones", "new_full",
-                                       "resize_", "set_", "_local_scalar_dense"}
-
-
 # What the Triton interpreter itself runs while it executes a launch (it copies arguments in and out
 # through numpy); any other aten op during a launch is a kernel body calling PyTorch.
 INTERPRETER_OWN = frozenset({"copy_", "new_empty", "set_", "empty", "empty_like", "empty_strided", "view",
@@ -44,14 +43,11 @@ INTERPRETER_OWN = frozenset({"copy_", "new_empty", "set_", "empty", "empty_like"
 HOST_ESCAPES = ("numpy", "__array__", "tolist")
 
 
-
 class LaunchCounter:
-    """Counts Triton launches by wrapping the launch methods of Triton's kernel classes.
+    """Counts Triton launches by wrapping the launch entry points at class level (see the module docstring).
 
-    Triton's own launch hook does not fire under the interpreter, so the `run` methods of
-    `JITFunction` and `InterpretedFunction` are wrapped at class level before the submission is
-    imported. While a launch runs, the dispatch guard is paused: the interpreter makes aten copies of
-    its own that are not the submission's work.
+    `in_launch` is above zero while a launch's Python runs (its grid callable, the interpreter's own
+    argument copies), so the guard can apply its in-launch rules there.
     """
 
     def __init__(self, module_name: str):
@@ -59,75 +55,95 @@ class LaunchCounter:
         self.own = 0
         self.other = 0
         self.in_launch = 0
-        self.wrapped: list[tuple[type, object]] = []
-        self.on_first_launch = None  # set per call: records the start event at the call's first launch
+        self.wrapped: list[tuple[type, str, object]] = []
 
     def reset(self) -> None:
         """Forget the launches counted so far (the worker's own warm-up launch, before any submission)."""
         self.own = self.other = 0
 
-    def install(self) -> None:
+    def install(self, cuda: bool) -> None:
         import triton.runtime.jit as jit
 
-        classes = [jit.JITFunction]
-        try:
-            from triton.runtime.interpreter import InterpretedFunction
+        # JITFunction.run: the grid callable and the compile happen inside it (in_launch), never counted
+        # here on CUDA: the launcher below counts there, so a CompiledKernel launched directly is counted too.
+        self._wrap(jit.JITFunction, "run", self._owner_of_jit, count=not cuda)
+        if cuda:
+            from triton.runtime.driver import driver
 
-            classes.append(InterpretedFunction)
-        except ImportError:  # pragma: no cover - triton without an interpreter
-            pass
-        for cls in classes:
-            run = self._wrap(cls.run)
-            cls.run = run
-            self.wrapped.append((cls, run))
+            launcher = driver.active.launcher_cls
+            self._wrap(launcher, "__init__", None, count=False, remember_owner=True)
+            self._wrap(launcher, "__call__", lambda obj: getattr(obj, "_kf_owner", None), count=True)
+        else:
+            try:
+                from triton.runtime.interpreter import InterpretedFunction
+            except ImportError:  # pragma: no cover - triton without an interpreter
+                return
+            self._wrap(InterpretedFunction, "run", self._owner_of_jit, count=True)
 
-    def _wrap(self, original):
+    @staticmethod
+    def _owner_of_jit(fn_self) -> str | None:
+        return getattr(getattr(fn_self, "fn", None), "__module__", None)
+
+    def _wrap(self, cls: type, name: str, owner_of, count: bool, remember_owner: bool = False) -> None:
+        original = getattr(cls, name)
         counter = self
 
-        def run(fn_self, *args, **kwargs):
-            if not kwargs.get("warmup", False):
-                owner = getattr(getattr(fn_self, "fn", None), "__module__", None)
-                if owner == counter.module_name:
+        def wrapper(obj, *args, **kwargs):
+            if remember_owner:  # CudaLauncher(src, metadata): src.fn is the JITFunction it was compiled from
+                src = args[0] if args else kwargs.get("src")
+                obj._kf_owner = getattr(getattr(getattr(src, "fn", None), "fn", None), "__module__", None)
+                return original(obj, *args, **kwargs)
+            if count and not kwargs.get("warmup", False):
+                if owner_of(obj) == counter.module_name:
                     counter.own += 1
                 else:
                     counter.other += 1
-                if counter.on_first_launch is not None:
-                    hook, counter.on_first_launch = counter.on_first_launch, None
-                    hook()
             counter.in_launch += 1
             try:
-                return original(fn_self, *args, **kwargs)
+                return original(obj, *args, **kwargs)
             finally:
                 counter.in_launch -= 1
 
-        return run
+        setattr(cls, name, wrapper)
+        self.wrapped.append((cls, name, wrapper))
 
     def intact(self) -> bool:
-        return all(cls.run is run for cls, run in self.wrapped)
+        return all(getattr(cls, name) is fn for cls, name, fn in self.wrapped)
 
 
-def make_guard(counter: LaunchCounter):
+def make_guard(counter: LaunchCounter, interpreter: bool):
+    """The guard class for this worker; `interpreter`: in-launch aten ops are the interpreter's own copies."""
+    import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class DispatchGuard(TorchDispatchMode):
-        """Records every aten op outside the allow-list while forward runs (outside Triton launches)."""
+        """Records every aten op outside the allow-list while forward runs (see the module docstring)."""
 
         def __init__(self):
             super().__init__()
             self.violations: list[str] = []
-            self.device_work_before_launch = False
+            self.canary: torch.Tensor | None = None
+            self.canary_seen = False
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             name = func.__name__.split(".")[0]
-            if counter.in_launch:
+            if self.canary is not None and args and args[0] is self.canary:
+                self.canary_seen = True
+                return func(*args, **(kwargs or {}))
+            if counter.in_launch and interpreter:
                 allowed = name in INTERPRETER_OWN
             else:
-                if counter.on_first_launch is not None and name not in ALLOCATION_AND_VIEWS:
-                    self.device_work_before_launch = True
                 allowed = name in ALLOWED_ATEN or name.rstrip("_") in ALLOWED_ATEN
             if not allowed and len(self.violations) < 20:
                 self.violations.append(str(func.__name__) + (" (inside a Triton launch)" if counter.in_launch else ""))
             return func(*args, **(kwargs or {}))
+
+        def check_canary(self, device) -> bool:
+            """Run one op the guard must see; False if the guard no longer intercepts (popped or disabled)."""
+            self.canary = torch.zeros(1, device=device)
+            self.canary.add_(1)
+            self.canary = None
+            return self.canary_seen
 
         def __enter__(self):
             # Block the host escapes too: values pulled out to numpy or lists dispatch no aten op.
@@ -147,38 +163,45 @@ def make_guard(counter: LaunchCounter):
             guard = self
 
             def escape(tensor, *args, **kwargs):
-                if counter.in_launch:  # the interpreter's own conversions
+                if counter.in_launch and interpreter:  # the interpreter's own conversions
                     return original(tensor, *args, **kwargs)
                 guard.violations.append(f"Tensor.{n}")
                 raise RuntimeError(f"Tensor.{n}() is not allowed in forward: compute in a @triton.jit kernel")
 
             return escape
 
-    import torch
-
     return DispatchGuard
 
 
-def identity_snapshot() -> dict[str, int]:
-    """ids of the functions a submission could replace to fake a time or a launch."""
+def identity_snapshot(guard_cls: type | None = None) -> dict[str, int]:
+    """ids of the functions a submission could replace to fake a launch or hide PyTorch work."""
     import torch
     import triton
+    from torch.utils import _python_dispatch
 
     targets = {
-        "time.perf_counter": time.perf_counter,
-        "time.time": time.time,
-        "torch.cuda.synchronize": torch.cuda.synchronize,
-        "torch.cuda._sleep": torch.cuda._sleep,
-        "torch.cuda.Event": torch.cuda.Event,
-        "torch.cuda.Event.record": torch.cuda.Event.record,
-        "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
-        "torch.cuda.Event.synchronize": torch.cuda.Event.synchronize,
         "torch.Tensor.copy_": torch.Tensor.copy_,
         "torch.empty_like": torch.empty_like,
+        "torch.cuda.Event.record": torch.cuda.Event.record,
+        "torch.cuda.Stream.wait_event": torch.cuda.Stream.wait_event,
+        "torch.UntypedStorage._share_cuda_": torch.UntypedStorage._share_cuda_,
         "triton.jit": triton.jit,
         "threading.active_count": threading.active_count,
         "json.dumps": json.dumps,
+        "TorchDispatchMode.__enter__": _python_dispatch.TorchDispatchMode.__enter__,
+        "TorchDispatchMode.__exit__": _python_dispatch.TorchDispatchMode.__exit__,
     }
+    if guard_cls is not None:
+        for name in ("__torch_dispatch__", "__enter__", "__exit__", "check_canary"):
+            targets[f"DispatchGuard.{name}"] = guard_cls.__dict__[name]
     return {name: id(obj) for name, obj in targets.items()}
 
 
+def os_thread_count() -> int:
+    """Threads of this process as the kernel sees them, native ones included (/proc/self/task)."""
+    import os
+
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:  # pragma: no cover - no procfs
+        return threading.active_count()

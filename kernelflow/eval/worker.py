@@ -4,27 +4,21 @@ Started by `prewarm.py` as `python -m kernelflow.eval.worker` in its own tempora
 group and scrubbed environment, one submission per process. It connects to the judge, warms up
 (imports torch and triton, installs the launch counter, on CUDA initialises its context) and says
 `warm`; then it waits for its one submission (a `judge` message, sent at once to a fresh worker or
-later to a pre-warmed one: the same protocol). It imports the submission, builds `ModelNew`, and
-then serves "call" requests: each call runs `forward` once on inputs the judge chose,
-timed (CUDA events, L2 flushed first, device-wide synchronize before the end event) and watched by
-runtime controls, and hands the output back to the judge. The judge (another process) holds the
-reference and compares; the worker never sees an expected output.
+later to a pre-warmed one: the same protocol). Before that it may be given the session's two
+inter-process CUDA events (`gates`) and, on a worker that will never see a submission, asked for
+empty gated calls that calibrate the judge's clock (`probe`). It imports the submission, builds
+`ModelNew`, and serves `call` requests: each runs `forward` once on inputs the judge chose, under
+the runtime controls (runtime_controls.py), and reports what they saw (protocol.py). On CUDA the
+call waits for the judge's gate event before anything runs, records the done event after forward's
+launches, and exports its output's storage so the judge reads it directly; on the CPU the output and
+the inputs as they are after the call go back as raw frames. The worker never sees an expected
+output and measures no time the verdict uses: the judge's clock is the judge's (session/gated_clock.py).
 
-Threat model. Covered:
-- PyTorch doing the task's work inside forward (a TorchDispatchMode allow-list: allocation, views and
-  shape queries only), so `x * (x > 0)` beside a launched decoy kernel is caught;
-- no Triton launch of the submission's own kernels during a call (class-level launch counter);
-- timers, Triton's launcher or torch functions replaced from inside the submission (identities
-  snapshotted before the import and re-checked after every call);
-- threads started by the submission (thread count before/after);
-- lazy/proxy/subclass outputs, wrong shape/dtype/device, non-contiguous or aliased outputs;
-- forged results on stdout/stderr: the judge reads only the private channel (an authenticated local
-  socket whose key arrives on stdin and is dropped before the submission is imported);
-- crashes, hangs, floods and exits: the judge sees a dead or silent worker and gives a verdict.
-Not covered (documented in the README): this is not a sandbox for hostile native code. A submission
-that reaches ctypes, os or the channel object through an escape the static checks miss could write
-files outside its directory or forge the timing it reports; correctness is still decided by the judge
-from the output buffer, and the roofline floor rejects impossible times.
+Threat model: everything here runs in the submission's process, so the submission's Python can reach
+and replace it. Nothing this process says decides a verdict alone: the judge reads the outputs
+itself and times from its own side; the runtime controls are a first layer (PyTorch doing the work,
+no launch, foreign launches, threads, tampering, a switched-off guard) backed by the static checks.
+The operating system confines the process (isolation.py).
 """
 
 from __future__ import annotations
@@ -40,15 +34,16 @@ import time
 import traceback
 from multiprocessing.connection import Client
 
-from kernelflow.eval.runtime_controls import LaunchCounter, identity_snapshot, make_guard
+from kernelflow.eval import protocol
+from kernelflow.eval.runtime_controls import LaunchCounter, identity_snapshot, make_guard, os_thread_count
 
 
 class Report(Exception):
     """A fatal event to send to the judge (import failure, bad constructor)."""
 
-    def __init__(self, event: str, **fields):
-        super().__init__(event)
-        self.payload = {"event": event, **fields}
+    def __init__(self, payload):
+        super().__init__(type(payload).__name__)
+        self.payload = payload
 
 
 def _trim_traceback(exc: BaseException, submission_path: str, limit: int = 1500) -> str:
@@ -76,18 +71,18 @@ class Worker:
         self.conn = conn
         self.backend = setup["backend"]
         self.device = torch.device(setup["device"])
+        self.cuda = self.device.type == "cuda"
         self.submission_path = ""  # known at the handover (`receive_submission`)
         self.init_inputs: list = []
-        self.l2_flush_bytes = int(setup.get("l2_flush_mb", 256)) << 20
         self.module_name = "submission"
         self.counter = LaunchCounter(self.module_name)
-        self.buffers: dict[str, object] = {}
+        self.buffers: dict[str, list] = {}
         self.model = None
-        self.l2 = None
-        self.timer_overhead_ms: float | None = None  # measured alone on the GPU before the first forward
+        self.gate = self.done = None  # the judge's inter-process events (CUDA)
+        self.outputs: list = []  # the last call's output, alive until the next call (the judge reads it)
 
-    def send(self, payload: dict) -> None:
-        self.conn.send_bytes(json.dumps(payload).encode())
+    def send(self, msg) -> None:
+        self.conn.send_bytes(protocol.encode(msg))
 
     # ---- start-up -------------------------------------------------------------------------------
     def warm(self, t0: float) -> None:
@@ -95,12 +90,11 @@ class Worker:
         torch = self.torch
         import triton  # noqa: F401  (after the judge set TRITON_INTERPRET in our environment)
 
-        if self.device.type == "cuda":
+        if self.cuda:
             torch.cuda.set_device(self.device)
             torch.cuda.init()
-            self.l2 = torch.empty(self.l2_flush_bytes, dtype=torch.uint8, device=self.device)
-        self.counter.install()
-        self.guard_cls = make_guard(self.counter)
+        self.counter.install(cuda=self.cuda)
+        self.guard_cls = make_guard(self.counter, interpreter=not self.cuda)
         # One launch of our own under the guard, so the one-off costs of a process's first Triton launch
         # under a dispatch mode are not charged to the submission's first call (warm_kernel.py). Its
         # count is reset before any submission exists; a failure here is the evaluator's, not a verdict.
@@ -111,24 +105,32 @@ class Worker:
             raise RuntimeError("the warm-up kernel computed a wrong result")
         self.counter.reset()
         self.warm_kernel_s = time.perf_counter() - t_warm
-
         self.warmup_s = time.perf_counter() - t0
-        self.send({"event": "warm", "warmup_s": self.warmup_s, "warm_kernel_s": self.warm_kernel_s,
-                   "pid": os.getpid()})
+        self.send(protocol.Warm(self.warmup_s, self.warm_kernel_s, os.getpid(), threading.active_count(),
+                                os_thread_count()))
 
     def receive_submission(self) -> bool:
-        """Block until the judge hands over the one submission; False if told to exit instead."""
-        msg = self.conn.recv()
-        if msg.get("op") != "judge":
-            return False
-        self.submission_path = str(msg["submission_path"])
-        self.init_inputs = list(msg.get("init_inputs", []))
-        return True
+        """Serve `gates` and `probe` until the judge hands over the one submission; False if told to exit."""
+        while True:
+            msg = self.conn.recv()
+            op = msg.get("op")
+            if op == "gates":
+                self.gate = self.torch.cuda.Event.from_ipc_handle(self.device, msg["gate"])
+                self.done = self.torch.cuda.Event.from_ipc_handle(self.device, msg["done"])
+            elif op == "probe":  # an empty gated call: what the judge's clock reads for no work
+                self.torch.cuda.current_stream().wait_event(self.gate)
+                self.done.record()
+                self.send(protocol.Probed())
+            elif op == "judge":
+                self.submission_path = str(msg["submission_path"])
+                self.init_inputs = list(msg.get("init_inputs", []))
+                return True
+            else:
+                return False
 
     def start(self) -> None:
         torch = self.torch
-        self.identities = identity_snapshot()
-        self.threads = threading.active_count()
+        self.identities = identity_snapshot(self.guard_cls)
         import_start = time.perf_counter()
         try:
             spec = importlib.util.spec_from_file_location(self.module_name, self.submission_path)
@@ -139,23 +141,23 @@ class Worker:
             kind = "compile_error" if _is_compile_error(exc) else "runtime_error"
             if isinstance(exc, SystemExit):
                 kind = "runtime_error"
-            raise Report("import_failed", kind=kind, error=_trim_traceback(exc, self.submission_path)) from None
+            raise Report(protocol.ImportFailed(kind, _trim_traceback(exc, self.submission_path))) from None
         model_cls = getattr(module, "ModelNew", None)
         if model_cls is None:
-            raise Report("import_failed", kind="compile_error", error="the module defines no ModelNew")
+            raise Report(protocol.ImportFailed("compile_error", "the module defines no ModelNew"))
         try:
             with torch.no_grad():
                 self.model = model_cls(*self.init_inputs).to(self.device)
         except BaseException as exc:  # noqa: BLE001
-            raise Report("import_failed", kind="runtime_error",
-                         error="ModelNew(...) failed: " + _trim_traceback(exc, self.submission_path)) from None
-        self.send({"event": "ready", "startup_s": self.warmup_s, "import_s": time.perf_counter() - import_start})
+            raise Report(protocol.ImportFailed(
+                "runtime_error", "ModelNew(...) failed: " + _trim_traceback(exc, self.submission_path))) from None
+        self.send(protocol.Ready(self.warmup_s, time.perf_counter() - import_start))
 
     # ---- calls ----------------------------------------------------------------------------------
     def _poison(self, nbytes: int) -> None:
         """Fill freed allocator blocks with NaN so a never-written output cannot reuse old results."""
         torch = self.torch
-        if self.device.type != "cuda":
+        if not self.cuda:
             return
         block = torch.empty(nbytes // 4 + 1, dtype=torch.float32, device=self.device)
         block.fill_(float("nan"))
@@ -164,91 +166,70 @@ class Worker:
     def _inputs_for(self, msg: dict) -> list:
         torch = self.torch
         if msg.get("slot") is not None:
-            return list(self.buffers[msg["slot"]]["inputs"])
+            return list(self.buffers[msg["slot"]])
         dtype = getattr(torch, msg["dtype"])
         return [torch.frombuffer(bytearray(raw), dtype=dtype).reshape(shape)
                 for raw, shape in zip(msg["input_bytes"], msg["shapes"], strict=True)]
 
     def call(self, msg: dict) -> None:
         torch = self.torch
-        t_setup = time.perf_counter()  # setup_ms: poisoning, the overhead measurement, the L2 flush
         inputs = self._inputs_for(msg)
         expected_shape = tuple(msg["out_shape"])
         out_dtype = getattr(torch, msg["out_dtype"])
+        self.outputs = []  # the previous call's output may go now: the judge has copied it
         self._poison(math.prod(expected_shape) * out_dtype.itemsize)
-        cuda = self.device.type == "cuda"
-        launches0 = self.counter.own
-        threads0 = threading.active_count()
+        launches0, foreign0 = self.counter.own, self.counter.other
         guard = self.guard_cls()
-        result: dict = {"event": "called", "setup_ms": (time.perf_counter() - t_setup) * 1e3}
-        if cuda:
-            from kernelflow.eval.timing import cover_launch_latency, measure_timer_overhead, net_time_ms
-
-            if self.timer_overhead_ms is None:
-                # Not measured in a step of its own (the judge's exclusive lock mode): this first call
-                # runs under the exclusive hold, so no verdict of ours overlaps it, and before the
-                # submission's forward first executes, whatever its import did.
-                self.timer_overhead_ms = measure_timer_overhead(self.device)
-            self.l2.zero_()
-            result["setup_ms"] = (time.perf_counter() - t_setup) * 1e3  # read before the clock starts
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            at_launch = torch.cuda.Event(enable_timing=True)
-            # The clock starts at the call's first Triton launch when only allocation and views ran
-            # before it (host-side Python is not kernel time); otherwise at the start of forward.
-            self.counter.on_first_launch = at_launch.record
-            torch.cuda.synchronize()
-            cover_launch_latency()  # the GPU spins while the host reaches its first launch (timing.py)
-            start.record()
+        if self.cuda:
+            # Nothing of this call may run before the judge's clock starts: the gate opens right after it.
+            torch.cuda.current_stream().wait_event(self.gate)
         t0 = time.perf_counter()
         try:
             with torch.no_grad(), guard:
                 out = self.model(*inputs)
-            if cuda:
-                torch.cuda.synchronize()  # device-wide: work on any stream is counted
-                end.record()
-                end.synchronize()
+                canary = guard.check_canary(self.device)
         except BaseException as exc:  # noqa: BLE001 - reported, never raised
-            self.counter.on_first_launch = None
+            if self.cuda:
+                self.done.record()  # the judge's clock must be able to stop whatever happened
             kind = "compile_error" if _is_compile_error(exc) and msg.get("first") else "runtime_error"
             text = _trim_traceback(exc, self.submission_path)
             if isinstance(exc, SystemExit):
                 text = f"the submission tried to exit the process (SystemExit {exc.code!r})"
-            self.send({"event": "call_failed", "kind": kind, "error": text, "violations": guard.violations,
-                       "cuda_error": "CUDA error" in str(exc) or "illegal" in str(exc).lower()})
+            self.send(protocol.CallFailed(kind, text, guard.violations[:20],
+                                          "CUDA error" in str(exc) or "illegal" in str(exc).lower()))
             return
-        result["host_ms"] = (time.perf_counter() - t0) * 1e3
-        if cuda:
-            launched = self.counter.on_first_launch is None
-            self.counter.on_first_launch = None
-            from_launch = launched and not guard.device_work_before_launch
-            raw = (at_launch if from_launch else start).elapsed_time(end)
-            result["ms"] = net_time_ms(raw, self.timer_overhead_ms)
-            result["ms_raw"] = raw
-            result["ms_from_forward"] = start.elapsed_time(end)
-        else:
-            result["ms"] = None
-        result["launches"] = self.counter.own - launches0
-        result["violations"] = guard.violations
-        result["threads_added"] = threading.active_count() - threads0
-        result["tampered"] = [k for k, v in identity_snapshot().items() if self.identities.get(k) != v]
+        if self.cuda:
+            self.done.record()
+        host_ms = (time.perf_counter() - t0) * 1e3
+        tampered = [k for k, v in identity_snapshot(self.guard_cls).items() if self.identities.get(k) != v]
         if not self.counter.intact():
-            result["tampered"].append("triton launch methods")
+            tampered.append("triton launch methods")
         problem = self._output_problem(out, inputs, expected_shape, msg["out_dtype"])
-        result["output_problem"] = problem
+        shared = nbytes = None
         if problem is None:
-            if cuda:
-                t_copy = time.perf_counter()
-                self.buffers[msg["slot"]]["output"].copy_(out)
-                torch.cuda.synchronize()
-                result["copy_ms"] = (time.perf_counter() - t_copy) * 1e3
-                result["input_bytes_after"] = None
+            if self.cuda:
+                shared, problem = self._export(out)
             else:
-                result["output_len"] = out.numel() * out.element_size()
-        self.send(result)
-        if problem is None and not cuda:
+                nbytes = out.numel() * out.element_size()
+        self.send(protocol.Called(problem, self.counter.own - launches0, self.counter.other - foreign0,
+                                  [v[:200] for v in guard.violations[:20]], threading.active_count(),
+                                  os_thread_count(), tampered[:20], canary, host_ms, shared, nbytes))
+        if problem is None and not self.cuda:
             self.conn.send_bytes(out.detach().contiguous().numpy().tobytes())
             for x in inputs:  # as they are after the call: the judge checks they were left unchanged
                 self.conn.send_bytes(x.detach().numpy().tobytes())
+
+    def _export(self, out):
+        """The output's CUDA storage exported for the judge (kept alive until the next call)."""
+        try:
+            storage = out.untyped_storage()
+            _dev, handle, size, offset, ref, ref_offset, event, sync = storage._share_cuda_()
+        except Exception as exc:  # noqa: BLE001 - e.g. memory the caching allocator does not own
+            return None, f"the output's memory cannot be shared with the judge ({type(exc).__name__}: {exc})"[:300]
+        self.outputs = [out]
+        return protocol.SharedOutput(self.device.index or 0, bytes(handle).hex(), int(size), int(offset),
+                                     bytes(ref).decode(errors="replace"), int(ref_offset),
+                                     bytes(event or b"").hex(), bool(sync), int(out.storage_offset())), None
 
     def _output_problem(self, out, inputs, shape: tuple, dtype: str) -> str | None:
         """Why the output cannot be accepted as a plain, owned result tensor (None if it can)."""
@@ -274,20 +255,9 @@ class Worker:
                 return "output shares memory with an input; write the result to a new tensor"
         return None
 
-    def measure_overhead(self) -> None:
-        """Measure the timer's overhead now: the judge holds the GPU alone and no forward has run yet.
-
-        Under the interpreter nothing is timed, so there is nothing to measure.
-        """
-        if self.device.type == "cuda":
-            from kernelflow.eval.timing import measure_timer_overhead
-
-            self.timer_overhead_ms = measure_timer_overhead(self.device)
-        self.send({"event": "measured", "timer_overhead_ms": self.timer_overhead_ms})
-
     def map_buffers(self, msg: dict) -> None:
-        self.buffers[msg["slot"]] = {"inputs": msg["inputs"], "output": msg["output"]}
-        self.send({"event": "mapped"})
+        self.buffers[msg["slot"]] = list(msg["inputs"])
+        self.send(protocol.Mapped())
 
     def serve(self) -> None:
         while True:
@@ -295,18 +265,17 @@ class Worker:
             op = msg.get("op")
             if op == "call":
                 self.call(msg)
-            elif op == "measure":
-                self.measure_overhead()
             elif op == "map":
                 self.map_buffers(msg)
             elif op == "exit":
-                self.send({"event": "bye", "released": self.release_buffers()})
+                self.send(protocol.Bye(self.release_buffers()))
                 return
 
     def release_buffers(self) -> bool:
         """Drop our handles on the judge's shared buffers, so the judge may free them (ipc_arena.py)."""
         try:
             self.buffers.clear()
+            self.outputs = []
             self.model = None  # the submission may keep references to its inputs
             gc.collect()
             if self.torch.cuda.is_initialized():

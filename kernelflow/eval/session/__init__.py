@@ -1,0 +1,20 @@
+"""One submission's judgement, on the judge's side: the session and its parts.
+
+- `judge.py`: `JudgeSession`, which only orchestrates: worker, plan, checks, outcome.
+- `link.py`: the worker from handover to kill, bounded messages with deadlines (`WorkerLink`), and
+  `SessionOutcome`.
+- `plan.py`: the call plan, each call's own limit, and the GPU lock holds (`LockHolds`).
+- `checks.py`: the named runtime checks, each with the hack it blocks.
+- `gated_clock.py`: the judge's own clock for CUDA calls.
+- `buffers.py`: device memory shared with the worker, and reading its output from the judge's side.
+The message types live in `kernelflow/eval/protocol.py` (the worker uses them too); the OS isolation
+of the worker in `kernelflow/eval/isolation.py`.
+"""
+
+from kernelflow.eval.session.gated_clock import GateCalibration, calibrate
+from kernelflow.eval.session.judge import JudgeSession
+from kernelflow.eval.session.link import SessionOutcome, WorkerLink
+from kernelflow.eval.session.plan import CallSpec, LockHolds, build_plan
+
+__all__ = ["CallSpec", "GateCalibration", "JudgeSession", "LockHolds", "SessionOutcome", "WorkerLink", "build_plan",
+           "calibrate"]

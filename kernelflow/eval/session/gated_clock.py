@@ -1,0 +1,121 @@
+"""The judge's clock for a CUDA call: started and stopped by the judge's own events, around a gate.
+
+Why: the submission runs in the worker, and the worker's Python can reach and replace any timer in
+its process (issue #17 measured a LogSoftmax that patched the worker's timing function and earned
+3.00). So no time a verdict uses is measured there. Per call, on the judge's stream:
+
+    flush L2 | spin ~1 ms | write the call's fresh inputs | START | record GATE
+    worker:                   wait GATE | forward's launches | record DONE      (its own stream)
+    judge, once the worker says its call is queued:  wait DONE | END | copy the output
+
+`START -> END` is GPU time as the judge's context sees it: the worker's work cannot start before the
+gate opens (its inputs only exist from just before START: earlier work computes on the previous
+call's values and fails the check), and the output is copied right behind END, so work that is not
+finished by then is caught as wrong values. The window also holds two context switches between the
+judge's and the worker's CUDA contexts (~0.29 ms on an H200, steady to ~0.01 ms): measured once per
+evaluator with a worker that has no submission (`calibrate`), and subtracted. A window shorter than
+an empty call means the work ran outside the gate, which no honest kernel can do (`gate_respected`).
+The spin lets both host hops (the worker's launch, its message, the judge's END) happen while the GPU
+is still busy; if the worker's DONE had already fired when END was queued (`inflated`), the window
+also holds host latency (too slow, never too fast) and the spin doubles for the next call.
+
+Assumes time-sliced contexts (the default compute mode, no MPS): the judge's and the worker's
+kernels never run at the same time. Measured on the H200 in docs/evaluator.md ("Judge-side timing").
+Not covered: work hidden so that it finishes in the instant between the input copy and START (a
+preemption exactly there; the median over the timed calls absorbs a rare one).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import torch
+
+from kernelflow.eval.timing import LAUNCH_COVER_CYCLES, MIN_RESOLVABLE_MS
+
+MAX_SPIN_FACTOR = 16
+CALIBRATION_CALLS = 20
+
+
+@dataclass(frozen=True)
+class GateCalibration:
+    """What the judge's clock reads for a call that does no work (an empty gated call)."""
+
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    runs: int
+
+
+class GatedClock:
+    """One session's gate and done events and its judge-side timing (see the module docstring)."""
+
+    def __init__(self, device: torch.device, l2_flush_mb: int, spin_cycles: int = LAUNCH_COVER_CYCLES):
+        self.device = device
+        self.gate = torch.cuda.Event(interprocess=True)
+        self.done = torch.cuda.Event(interprocess=True)
+        self.flush = torch.empty(l2_flush_mb << 20, dtype=torch.uint8, device=device)
+        self.base_spin = self.spin = spin_cycles
+        self.inflated_calls = 0
+        self.start = self.end = None
+        self.inflated = False
+
+    def gates_message(self) -> dict:
+        return {"op": "gates", "gate": self.gate.ipc_handle(), "done": self.done.ipc_handle()}
+
+    def open(self, write_inputs=None) -> None:
+        """Queue flush, spin, the inputs, START and the gate (call `stop` after the worker's reply)."""
+        with torch.cuda.device(self.device):
+            self.flush.zero_()
+            torch.cuda._sleep(self.spin)
+            if write_inputs is not None:
+                write_inputs()
+            self.start = torch.cuda.Event(enable_timing=True)
+            self.start.record()
+            self.gate.record()
+
+    def stop(self) -> None:
+        """Queue END behind the worker's DONE; anything queued after this follows the timed window."""
+        with torch.cuda.device(self.device):
+            self.inflated = bool(self.done.query())  # DONE already fired: host latency is in the window
+            torch.cuda.current_stream().wait_event(self.done)
+            self.end = torch.cuda.Event(enable_timing=True)
+            self.end.record()
+
+    def elapsed_ms(self) -> float:
+        """The window's raw length; adapts the spin when the host was late."""
+        self.end.synchronize()
+        raw = self.start.elapsed_time(self.end)
+        if self.inflated:
+            self.inflated_calls += 1
+            self.spin = min(self.spin * 2, self.base_spin * MAX_SPIN_FACTOR)
+        return raw
+
+
+def net_ms(raw_ms: float, calibration: GateCalibration) -> float:
+    """A window with the empty call's length taken off, never below the event resolution."""
+    return max(raw_ms - calibration.median_ms, MIN_RESOLVABLE_MS)
+
+
+def gate_respected(raw_ms: float, calibration: GateCalibration) -> bool:
+    """False for a window shorter than any empty call could be: the work did not wait for the gate."""
+    return raw_ms >= 0.9 * calibration.min_ms
+
+
+def calibrate(link, device: torch.device, l2_flush_mb: int, calls: int = CALIBRATION_CALLS) -> GateCalibration:
+    """Empty gated calls with a warm worker that has no submission (`link` is warm; the caller holds
+    the GPU exclusively and closes the link)."""
+    from kernelflow.eval import protocol
+
+    clock = GatedClock(device, l2_flush_mb)
+    link.handle.conn.send(clock.gates_message())
+    times = []
+    for _ in range(calls + 2):  # the first two warm the event path
+        clock.open()
+        link.send({"op": "probe"})
+        link.recv(protocol.Probed)
+        clock.stop()
+        times.append(clock.elapsed_ms())
+    times = times[2:]
+    return GateCalibration(statistics.median(times), min(times), max(times), len(times))

@@ -1,0 +1,316 @@
+"""The judge's side of one submission: one worker, the planned calls, every output checked here.
+
+A `JudgeSession` gets a warm worker holding the submission (link.py), then runs the call plan
+(plan.py). For every call it draws fresh inputs from the call's seed (or takes them, with their
+float64 reference, from the evaluator's `ReferenceCache`), hands them over (bytes on the CPU; shared
+device buffers on a GPU, buffers.py), and when the worker answers applies the runtime checks
+(checks.py), compares the output with a float64 reference computed here, and checks that the inputs
+are unchanged and the repeat reproduced its output. On CUDA every call is timed by the judge's own
+clock (gated_clock.py) and the output is read from the judge's side right behind the clock's end.
+The first failure ends the session; a protocol violation, a call past its own limit, a dead worker:
+every path ends in a `SessionOutcome`, and the worker is always killed.
+
+It does not decide the reward, calibrate the device or time eager PyTorch (evaluator.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from contextlib import nullcontext
+from dataclasses import replace
+
+import torch
+import torch.multiprocessing  # noqa: F401  (registers the CUDA IPC reductions used to share buffers)
+
+from kernelflow.eval import protocol
+from kernelflow.eval.cache import Reference, ReferenceCache, reference_key
+from kernelflow.eval.config import EvalConfig
+from kernelflow.eval.correctness import CompareResult, as_reference_input, check_against_reference, compare
+from kernelflow.eval.ipc_arena import ArenaPool
+from kernelflow.eval.prewarm import SpawnSpec, WarmPool, WorkerStartError
+from kernelflow.eval.session.buffers import SharedInputs, import_output, unlink_ref_counters
+from kernelflow.eval.session.checks import CallFacts, first_failure
+from kernelflow.eval.session.gated_clock import GateCalibration, GatedClock, gate_respected, net_ms
+from kernelflow.eval.session.link import CallLimit, SessionOutcome, WorkerLink
+from kernelflow.eval.session.plan import CallSpec, LockHolds, build_plan, call_limit_s
+from kernelflow.eval.verdict import Check, Status
+from kernelflow.tasks import KERNELBENCH_TOLERANCE, Task, generate_inputs
+
+
+class JudgeSession:
+    """One submission, one worker (see the module docstring)."""
+
+    def __init__(self, task: Task, source: str, config: EvalConfig, backend: str, device: torch.device,
+                 seeds: list[int], gpu_lock=nullcontext, pool: WarmPool | None = None,
+                 references: ReferenceCache | None = None, evaluator_version: str = "",
+                 arenas: ArenaPool | None = None, gate: GateCalibration | None = None):
+        self.task, self.source, self.config, self.backend, self.device, self.seeds = \
+            task, source, config, backend, device, seeds
+        self.cuda = device.type == "cuda"
+        self.gpu_lock = gpu_lock
+        self.tolerance = KERNELBENCH_TOLERANCE if config.tolerance_mode == "kernelbench" else task.tolerance
+        self.distribution = config.distribution or task.distribution
+        self.references = references
+        self.evaluator_version = evaluator_version
+        self.dtype = getattr(torch, task.dtype)
+        self.link = WorkerLink(SpawnSpec.of(config, backend, device), pool)
+        self.arenas = arenas if arenas is not None else (ArenaPool(device) if self.cuda else None)
+        self.gate = gate
+        self.clock: GatedClock | None = None
+        self.inputs: SharedInputs | None = None
+        self.ref_counters: set[str] = set()
+        self.output_specs: dict[tuple, tuple[tuple[int, ...], torch.dtype]] = {}
+        self.ref_model = None
+
+    @property
+    def prewarmed(self) -> bool:
+        return self.link.prewarmed
+
+    # ---- the whole session -----------------------------------------------------------------------
+    def run(self) -> SessionOutcome:
+        start = time.monotonic()
+        self.link.deadline = start + self.config.timeout_s
+        try:
+            return self._run(start)
+        except CallLimit:
+            why = (f"call {self._label} ran past its own limit of {self._limit:.0f} s and was stopped "
+                   "(each call is limited so that no submission holds the GPU for long)")
+            return SessionOutcome(Status.TIMEOUT.value, {"finished_in_time": Check(False, why)}, why,
+                                  log_tail=self.link.log_tail())
+        except TimeoutError:
+            why = f"the submission ran past the {self.config.timeout_s:.0f} s limit and was stopped"
+            return SessionOutcome(Status.TIMEOUT.value, {"finished_in_time": Check(False, why)}, why,
+                                  log_tail=self.link.log_tail())
+        except protocol.ProtocolViolation as exc:
+            why = f"the worker broke the judge's protocol ({exc}); the submission's code controls the worker"
+            return SessionOutcome(Status.REJECTED_RUNTIME_CHECK.value, {"protocol": Check(False, why[:500])},
+                                  why[:500], log_tail=self.link.log_tail())
+        except WorkerStartError as exc:
+            why = f"the worker could not be started: {exc}"[:1000]
+            return SessionOutcome(Status.EVALUATOR_ERROR.value, {"worker_started": Check(False, why)}, why)
+        except (EOFError, ConnectionError, OSError) as exc:
+            if self.link.proc is None:
+                why = f"the worker could not be started: {exc}"
+                return SessionOutcome(Status.EVALUATOR_ERROR.value, {"worker_started": Check(False, why)}, why)
+            return self.link.death_outcome("the evaluation", self.config.output_limit_mb)
+        finally:
+            clean = self.link.dismiss()
+            self.link.close()
+            if self.inputs is not None:  # only now: the worker that mapped them is dead
+                self.inputs.release(clean)
+            unlink_ref_counters(self.ref_counters)
+            if self.cuda:
+                torch.cuda.ipc_collect()  # frees shared blocks whose consumers all let go
+                torch.cuda.empty_cache()
+
+    def _run(self, start: float) -> SessionOutcome:
+        self._label, self._limit = "start-up", self.config.timeout_s
+        if self.cuda:
+            self.clock = GatedClock(self.device, self.config.l2_flush_mb)
+        send_gates = (lambda link: link.handle.conn.send(self.clock.gates_message())) if self.cuda else None
+        self.link.start(self.source, self.task.init_inputs, before_handover=send_gates)
+        hello = self.link.recv(protocol.Ready, protocol.ImportFailed)
+        worker_start_s = time.monotonic() - start
+        if isinstance(hello, protocol.ImportFailed):
+            status = Status.COMPILE_ERROR.value if hello.kind == "compile_error" else Status.RUNTIME_ERROR.value
+            return SessionOutcome(status, {"imports": Check(False, hello.error)}, hello.error,
+                                  worker_start_s=worker_start_s, log_tail=self.link.log_tail())
+        holds = LockHolds(self.gpu_lock, self.config.gpu_lock)
+        try:
+            outcome = self._calls(hello, worker_start_s, holds)
+        finally:
+            holds.close()
+        outcome.gpu_wait_s = holds.waited_s
+        return outcome
+
+    # ---- one call --------------------------------------------------------------------------------
+    def _output_spec(self, shapes: tuple) -> tuple[tuple[int, ...], torch.dtype]:
+        """The shape and dtype forward must return for inputs of `shapes`, from the reference on the meta device.
+
+        A floating reference result means the task's dtype (the reference runs in float64); an integer
+        one (argmax indices) keeps its dtype.
+        """
+        if shapes not in self.output_specs:
+            meta_model = copy.deepcopy(self.ref_model).to("meta")
+            with torch.no_grad():
+                out = meta_model(*[torch.empty(s, dtype=torch.float64, device="meta") for s in shapes])
+            self.output_specs[shapes] = (tuple(out.shape), self.dtype if out.dtype.is_floating_point else out.dtype)
+        return self.output_specs[shapes]
+
+    def _reference(self, spec: CallSpec) -> Reference | None:
+        """The call's inputs and float64 reference from the cache (computed and stored on a miss).
+
+        Kept on the CPU even for a CUDA session: a tensor of ours in device memory could share an
+        allocator segment with the buffers the worker maps, and a kernel can read past its arguments.
+        None when the cache is off or the entry exceeds its whole budget.
+        """
+        if self.references is None:
+            return None
+        out_shape, _ = self._output_spec(spec.shapes)
+        numel_in = sum(math.prod(s) for s in spec.shapes)
+        if not self.references.fits(numel_in * self.dtype.itemsize + math.prod(out_shape) * 8):
+            return None
+        distribution = spec.distribution or self.distribution
+        key = reference_key(task_id=self.task.task_id, shapes=spec.shapes, seed=spec.seed,
+                            distribution=distribution, dtype=self.task.dtype, device=str(self.device),
+                            evaluator_version=self.evaluator_version)
+        ref = self.references.get(key)
+        if ref is None:
+            xs = generate_inputs(spec.shapes, spec.seed, distribution, self.device, dtype=self.dtype)
+            with torch.no_grad():
+                expected = self.ref_model(*[as_reference_input(x) for x in xs])
+            ref = Reference(tuple(x.cpu() for x in xs), expected.cpu())
+            del xs, expected
+            self.references.put(key, ref)
+        return ref
+
+    def _run_call(self, index: int, spec: CallSpec, ref: Reference | None):
+        """Send one call; returns (reply, output or None, inputs as given, the judge's raw window or None)."""
+        out_shape, out_dtype = self._output_spec(spec.shapes)
+        distribution = spec.distribution or self.distribution
+        msg = {"op": "call", "shapes": [list(s) for s in spec.shapes], "dtype": self.task.dtype,
+               "out_shape": list(out_shape), "out_dtype": str(out_dtype).removeprefix("torch."),
+               "first": index == 0, "slot": None}
+        self._label, self._limit = spec.label, call_limit_s(self.config, index, spec)
+        self.link.call_deadline = time.monotonic() + self._limit
+        try:
+            if not self.cuda:
+                xs = list(ref.inputs) if ref is not None else generate_inputs(spec.shapes, spec.seed, distribution, "cpu")
+                msg["input_bytes"] = [x.numpy().tobytes() for x in xs]
+                self.link.send(msg)
+                reply = self.link.recv(protocol.Called, protocol.CallFailed)
+                if not isinstance(reply, protocol.Called) or reply.output_problem is not None:
+                    return reply, None, xs, None
+                if reply.output_bytes != math.prod(out_shape) * out_dtype.itemsize:
+                    raise protocol.ProtocolViolation(f"announced {reply.output_bytes} output bytes")
+                out = torch.frombuffer(bytearray(self.link.recv_raw(reply.output_bytes)), dtype=out_dtype)
+                after = [torch.frombuffer(bytearray(self.link.recv_raw(x.numel() * x.element_size())),
+                                          dtype=x.dtype).reshape(x.shape) for x in xs]
+                self._inputs_after = after
+                return reply, out.reshape(out_shape), xs, None
+            bufs = self.inputs.for_shapes(spec.shapes, self.link)
+
+            def write_inputs() -> None:
+                if ref is not None:
+                    for dst, src in zip(bufs, ref.inputs, strict=True):
+                        dst.copy_(src, non_blocking=False)
+                else:
+                    generate_inputs(spec.shapes, spec.seed, distribution, self.device, out=bufs)
+
+            self.clock.open(write_inputs)
+            msg["slot"] = str(spec.shapes)
+            self.link.send(msg)
+            reply = self.link.recv(protocol.Called, protocol.CallFailed)
+            self.clock.stop()
+            got = None
+            if isinstance(reply, protocol.Called) and reply.output is not None and reply.output_problem is None:
+                self.ref_counters.add(reply.output.ref_counter)
+                mapped, problem = import_output(reply.output, self.device, out_shape, out_dtype)
+                if mapped is not None:
+                    got = mapped.clone()  # queued right behind END: what is checked is what existed then
+                else:
+                    reply = replace(reply, output_problem=problem, output=None)
+            raw = self.clock.elapsed_ms()
+            torch.cuda.synchronize(self.device)  # the copy is done before the mapping goes
+            mapped = None
+            return reply, got, bufs, raw
+        finally:
+            self.link.call_deadline = None
+
+    def _input_changed(self, spec: CallSpec, given: list[torch.Tensor], ref: Reference | None) -> bool:
+        if not self.cuda:
+            return any(not torch.equal(a, g) for a, g in zip(self._inputs_after, given, strict=True))
+        if ref is not None:
+            return any(not torch.equal(g.cpu(), r) for g, r in zip(given, ref.inputs, strict=True))
+        scratch = self.inputs.scratch_for(spec.shapes, self.device)
+        generate_inputs(spec.shapes, spec.seed, spec.distribution or self.distribution, self.device, out=scratch)
+        return any(not torch.equal(a, g) for a, g in zip(scratch, given, strict=True))
+
+    def _judge_reply(self, spec: CallSpec, reply, raw_ms: float | None, checks: dict[str, Check]) -> SessionOutcome | None:
+        """The runtime checks of one call (checks.py); an outcome if one failed."""
+        if isinstance(reply, protocol.CallFailed):
+            if reply.violations:
+                why = (f"{spec.label}: forward left Triton to compute ({', '.join(reply.violations)}); "
+                       "only allocation and views are allowed there")
+                checks["pytorch_ops_in_forward"] = Check(False, why)
+                return SessionOutcome(Status.REJECTED_RUNTIME_CHECK.value, checks, why)
+            status = Status.COMPILE_ERROR.value if reply.kind == "compile_error" else Status.RUNTIME_ERROR.value
+            why = f"{spec.label}: {reply.error}"
+            checks["forward_runs"] = Check(False, why)
+            return SessionOutcome(status, checks, why)
+        gate_ok = raw_ms is None or self.gate is None or gate_respected(raw_ms, self.gate)
+        facts = CallFacts(spec.label, not self.cuda, self.link.warm, raw_ms, gate_ok)
+        failed = first_failure(reply, facts)
+        if failed is not None:
+            check, why = failed
+            checks[check.name] = Check(False, why)
+            return SessionOutcome(check.status.value, checks, why)
+        problem = reply.output_problem
+        checks["output_tensor"] = Check(problem is None, f"{spec.label}: {problem}" if problem else "")
+        if problem:
+            return SessionOutcome(Status.INCORRECT.value, checks, f"{spec.label}: {problem}")
+        return None
+
+    # ---- the plan --------------------------------------------------------------------------------
+    def _calls(self, hello: protocol.Ready, worker_start_s: float, holds: LockHolds) -> SessionOutcome:
+        checks: dict[str, Check] = {"imports": Check(True)}
+        self.ref_model = self.task.load_module().Model(*self.task.init_inputs).to(self.device).to(torch.float64)
+        plan = build_plan(self.task, self.config, self.seeds, self.backend)
+        if self.cuda:
+            self.inputs = SharedInputs(self.arenas, self.dtype, list(dict.fromkeys(s.shapes for s in plan)))
+        base = dict(worker_start_s=worker_start_s, import_s=hello.import_s)
+        times: list[float] = []
+        outputs: dict[int, torch.Tensor] = {}
+        ref_s, compile_s, t_timing, last = 0.0, None, None, None
+        t_calls = time.monotonic()
+        for i, spec in enumerate(plan):
+            self.link.deadline += holds.hold(exclusive=spec.timed)  # waiting for other verdicts is not ours
+            if spec.timed and t_timing is None:
+                t_timing = time.monotonic()
+            t_ref = time.monotonic()
+            ref = self._reference(spec)
+            ref_s += time.monotonic() - t_ref
+            t_call = time.monotonic()
+            reply, out, given, raw_ms = self._run_call(i, spec, ref)
+            if i == 0:
+                compile_s = time.monotonic() - t_call
+            failed = self._judge_reply(spec, reply, raw_ms, checks)
+            if failed is not None:
+                failed.__dict__.update(base, compile_s=compile_s, log_tail=self.link.log_tail())
+                return failed
+            t_ref = time.monotonic()
+            if ref is not None:  # the reference of the pristine input, computed before the call
+                result: CompareResult = compare(out.cpu(), ref.expected, self.tolerance)
+            else:
+                result = check_against_reference(self.ref_model, given, out, self.tolerance,
+                                                 rows_independent=self.task.rows_independent)
+            ref_s += time.monotonic() - t_ref
+            last = result
+            failed = None
+            if not result.passed:
+                failed = ("values", f"{spec.label}: wrong values: {result.summary()}")
+            elif self._input_changed(spec, given, ref):
+                failed = ("inputs_unchanged", f"{spec.label}: forward modified its input; inputs must be left unchanged")
+            elif spec.repeat_of is not None and not torch.equal(outputs[spec.repeat_of], out):
+                failed = ("deterministic", f"{spec.label}: the same input gave a different output (a race or "
+                                           "uninitialised memory)")
+            if failed is not None:
+                checks[failed[0]] = Check(False, failed[1])
+                return SessionOutcome(Status.INCORRECT.value, checks, failed[1], compare=result, compile_s=compile_s,
+                                      reference_s=ref_s, **base)
+            if i == 0 and self.config.check_determinism:
+                outputs[0] = out.clone()
+            if spec.main and raw_ms is not None and self.gate is not None:
+                times.append(net_ms(raw_ms, self.gate))
+        checks["values"] = Check(True, f"{len(plan)} calls within tolerance ({last.summary() if last else ''})")
+        checks["inputs_unchanged"] = Check(True)
+        if self.config.check_determinism:
+            checks["deterministic"] = Check(True)
+        now = time.monotonic()
+        return SessionOutcome(
+            Status.OK.value, checks, "", times_ms=times[-self.config.timed_runs:] if times else [], compare=last,
+            compile_s=compile_s, correctness_s=(t_timing or now) - t_calls,
+            timing_s=(now - t_timing) if t_timing else None, reference_s=ref_s, **base,
+        )
