@@ -50,7 +50,7 @@ x = torch.randn(*task.input_shapes("small")[0], device="cuda")
 controls = os.environ.get("PROBE_CONTROLS") == "1"
 if controls:
     from kernelflow.eval.runtime_controls import LaunchCounter, make_guard
-    counter = LaunchCounter(mod.__name__); counter.install(); guard_cls = make_guard(counter)
+    counter = LaunchCounter(mod.__name__); counter.install(cuda=True); guard_cls = make_guard(counter, interpreter=False)
 def call():
     t = time.perf_counter()
     with torch.no_grad():

@@ -36,9 +36,10 @@ sys.path.insert(0, str(ROOT))  # benchmarks run from a checkout; tests/helpers h
 
 from kernelflow.eval import EVALUATOR_VERSION, EvalConfig, Evaluator  # noqa: E402
 from kernelflow.eval import session as session_module  # noqa: E402
+from kernelflow.eval.session.buffers import SharedInputs  # noqa: E402
 from tests.helpers.solutions import solution_source  # noqa: E402
 
-SESSIONS: dict[int, dict] = {}  # id(session) -> what was measured in it
+SESSIONS: dict[int, dict] = {}  # id(session's worker link) -> what was measured in it
 
 
 def _empty() -> dict:
@@ -52,24 +53,25 @@ def _record(session) -> dict:
 def instrument() -> None:
     """Wrap the judge's per-call methods so each session's calls are timed (this process only)."""
     cls = session_module.JudgeSession
-    buffers_for, run_call, reference = cls._buffers_for, cls._run_call, cls._reference
+    run_call, reference = cls._run_call, cls._reference
+    for_shapes = SharedInputs.for_shapes
 
-    def timed_buffers_for(self, shapes):
-        miss = shapes not in self.buffers
+    def timed_for_shapes(self, shapes, link):
+        miss = shapes not in self.slots
         t = time.monotonic()
         try:
-            return buffers_for(self, shapes)
+            return for_shapes(self, shapes, link)
         finally:
             if miss:
-                _record(self)["map_s"] += time.monotonic() - t
+                _record(link)["map_s"] += time.monotonic() - t
 
-    def timed_run_call(self, spec, first, ref=None):
+    def timed_run_call(self, index, spec, ref=None):
         t = time.monotonic()
-        out = run_call(self, spec, first, ref)
-        reply = out[0] if isinstance(out[0], dict) else {}
-        _record(self)["calls"].append({
-            "label": spec.label, "first": first, "judge_s": time.monotonic() - t,
-            **{k: reply.get(k) for k in ("setup_ms", "host_ms", "copy_ms", "ms")},
+        out = run_call(self, index, spec, ref)
+        reply = out[0]
+        _record(self.link)["calls"].append({
+            "label": spec.label, "first": index == 0, "judge_s": time.monotonic() - t,
+            "host_ms": getattr(reply, "host_ms", None), "ms": out[3],
         })
         return out
 
@@ -78,9 +80,10 @@ def instrument() -> None:
         try:
             return reference(self, spec)
         finally:
-            _record(self)["reference_s"].append(time.monotonic() - t)
+            _record(self.link)["reference_s"].append(time.monotonic() - t)
 
-    cls._buffers_for, cls._run_call, cls._reference = timed_buffers_for, timed_run_call, timed_reference
+    cls._run_call, cls._reference = timed_run_call, timed_reference
+    SharedInputs.for_shapes = timed_for_shapes
 
 
 def summarise(measured: dict, verdict) -> dict:

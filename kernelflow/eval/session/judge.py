@@ -31,7 +31,7 @@ from kernelflow.eval.correctness import CompareResult, as_reference_input, check
 from kernelflow.eval.ipc_arena import ArenaPool
 from kernelflow.eval.prewarm import SpawnSpec, WarmPool, WorkerStartError
 from kernelflow.eval.session.buffers import SharedInputs, import_output, unlink_ref_counters
-from kernelflow.eval.session.checks import CallFacts, first_failure
+from kernelflow.eval.session.checks import RUNTIME_CHECKS, CallFacts, first_failure
 from kernelflow.eval.session.gated_clock import GateCalibration, GatedClock, gate_respected, net_ms
 from kernelflow.eval.session.link import CallLimit, SessionOutcome, WorkerLink
 from kernelflow.eval.session.plan import CallSpec, LockHolds, build_plan, call_limit_s
@@ -247,6 +247,8 @@ class JudgeSession:
             check, why = failed
             checks[check.name] = Check(False, why)
             return SessionOutcome(check.status.value, checks, why)
+        for check in RUNTIME_CHECKS:
+            checks.setdefault(check.name, Check(True))
         problem = reply.output_problem
         checks["output_tensor"] = Check(problem is None, f"{spec.label}: {problem}" if problem else "")
         if problem:
