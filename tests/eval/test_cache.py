@@ -238,7 +238,7 @@ def test_concurrent_use_of_many_keys_stays_within_capacity():
 
     def hammer(seed: int):
         for i in range(200):  # a third of the keys ok (held pending, 40 keys cycling through 16 slots)
-            cache.get_or_judge((seed, i % 40), lambda: _verdict("ok" if i % 3 == 0 else "incorrect"))
+            cache.get_or_judge((seed, i % 40), lambda i=i: _verdict("ok" if i % 3 == 0 else "incorrect"))
 
     threads = [threading.Thread(target=hammer, args=(s,)) for s in range(4)]
     for t in threads:
