@@ -12,6 +12,21 @@ could not start), so the next identical submission is judged again. A stored ver
 `cached=True` and a `wall_time` that is the lookup's own (queue_s: time spent waiting for an identical
 submission in flight; total_s: the whole answer).
 
+No cached lucky verdict: an `ok` is served from the cache only once two fresh judgements of the same
+key agreed (`verdicts_agree`: same status and correctness, rewards within `REWARD_BAND`). The first ok
+is returned but only held as pending; the next identical submission is judged fresh. A code whose
+correctness depends on more than its text and inputs (a config drawn per process, a race) can be
+lucky once; served from the cache, that one ok would be every later resubmission's reward. If the
+second judgement is not ok, the key is marked nondeterministic: that verdict gets a failed
+`reproducible_verdict` check and a feedback line, and it is what the cache serves from then on. Two
+oks whose rewards differ by more than the band (timing noise, or a config that is sometimes fast)
+confirm nothing: the newer one is held pending and the next submission is judged again. Why the band
+is 5% and decides only confirmation, never nondeterminism: the same ReLU control was measured with a
+runtime spread (max - min) / min of 0.96% to 2.83% over five verdicts on the H200 (docs/evaluator.md),
+and a reward moves less than the runtime does; timing noise is the host's, correctness is the code's.
+Every verdict that is not ok (and not transient) is stored at once: it earns reward 0, so serving it
+cannot forge a reward, and a nondeterministic code that fails first simply stays failed.
+
 `ReferenceCache` keeps what the correctness checks need that does not depend on the submission: the
 input of one (task, shape, seed, distribution, dtype, device, evaluator version) and its float64
 reference output. It lives in the judge's process; the worker only ever receives copies of inputs
@@ -36,10 +51,31 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from kernelflow.eval.verdict import Status, Verdict, WallTime
+from kernelflow.eval.verdict import Check, Status, Verdict, WallTime
 
 # Statuses that can come from the host rather than the submission: judged again on resubmission.
 UNCACHED_STATUSES = frozenset({Status.EVALUATOR_ERROR.value, Status.TIMEOUT.value})
+# Two ok verdicts of one key confirm each other when their rewards differ by at most this share of the
+# larger (the module docstring says why 5%).
+REWARD_BAND = 0.05
+# The check a verdict gets when an identical submission was judged ok before and is not ok now.
+REPRODUCIBLE_CHECK = "reproducible_verdict"
+
+
+def verdicts_agree(a: Verdict, b: Verdict, reward_band: float = REWARD_BAND) -> bool:
+    """Whether two fresh judgements of one key agree: status, correctness, and rewards within the band."""
+    if a.status != b.status or a.correct != b.correct:
+        return False
+    return abs(a.reward - b.reward) <= reward_band * max(abs(a.reward), abs(b.reward))
+
+
+def mark_nondeterministic(verdict: Verdict, earlier: Verdict) -> Verdict:
+    """`verdict` (not ok) with a failed `reproducible_verdict` check and a feedback line saying why."""
+    why = (f"an identical submission was judged {earlier.status} (reward {earlier.reward:.3g}) and is {verdict.status} "
+           "now: its result depends on more than its code and inputs (a configuration chosen per process, a race, "
+           "uninitialised memory), so it is not cached as ok")
+    feedback = f"{verdict.feedback}\n{why}" if verdict.feedback else why
+    return replace(verdict, checks={**verdict.checks, REPRODUCIBLE_CHECK: Check(False, why)}, feedback=feedback)
 
 
 def verdict_key(*, code_sha256: str, task_id: str, shape: str, seeds: list[int], distribution: str,
@@ -58,6 +94,9 @@ class CacheStats:
     skipped: int  # verdicts not stored (evaluator_error, timeout)
     size: int
     capacity: int
+    pending: int = 0  # ok verdicts held until a second fresh judgement confirms them
+    confirmed: int = 0  # ok verdicts stored after two agreeing judgements
+    nondeterministic: int = 0  # keys judged ok once and not ok on a fresh judgement
 
 
 class _InFlight:
@@ -66,50 +105,93 @@ class _InFlight:
 
 
 class VerdictCache:
-    """A bounded, thread-safe LRU of verdicts with single-flight judging (see the module docstring)."""
+    """A bounded, thread-safe LRU of verdicts with single-flight judging (see the module docstring).
 
-    def __init__(self, capacity: int):
+    `_items` holds what is served (verdicts that are not ok, and confirmed oks); `_pending` the first
+    ok of a key, which is never served. Both are bounded by `capacity`.
+    """
+
+    def __init__(self, capacity: int, reward_band: float = REWARD_BAND):
         if capacity < 0:
             raise ValueError(f"verdict cache capacity must be >= 0, got {capacity}")
+        if not 0 <= reward_band < 1:
+            raise ValueError(f"reward_band must be in [0, 1), got {reward_band}")
         self.capacity = capacity
+        self.reward_band = reward_band
         self._items: OrderedDict[tuple, Verdict] = OrderedDict()
+        self._pending: OrderedDict[tuple, Verdict] = OrderedDict()
         self._in_flight: dict[tuple, _InFlight] = {}
         self._lock = threading.Lock()
         self._hits = self._misses = self._waits = self._stores = self._skipped = 0
+        self._confirmed = self._nondeterministic = 0
 
     @property
     def enabled(self) -> bool:
         return self.capacity > 0
 
     def get(self, key: tuple) -> Verdict | None:
-        """The stored verdict (as stored, cached=False) or None; a hit refreshes its LRU position."""
+        """The served verdict (as stored, cached=False) or None; a hit refreshes its LRU position.
+
+        A pending (unconfirmed) ok is not served: None.
+        """
         with self._lock:
             verdict = self._items.get(key)
             if verdict is not None:
                 self._items.move_to_end(key)
             return verdict
 
-    def put(self, key: tuple, verdict: Verdict) -> bool:
-        """Store `verdict` unless its status may be transient; returns whether it was stored."""
+    def _store(self, key: tuple, verdict: Verdict) -> None:
+        self._items[key] = replace(verdict, cached=False)
+        self._items.move_to_end(key)
+        self._stores += 1
+        while len(self._items) > self.capacity:
+            self._items.popitem(last=False)
+
+    def record(self, key: tuple, verdict: Verdict) -> Verdict:
+        """Take a fresh judgement of `key` into the cache; returns the verdict to answer with.
+
+        Not ok (and not transient): stored at once; if an ok of this key was pending, the key is
+        nondeterministic and the answer carries the failed `reproducible_verdict` check. Ok: held
+        pending the first time, stored once a second ok agrees (`verdicts_agree`), else the newer
+        one is held pending. Transient statuses are neither stored nor compared.
+        """
         if not self.enabled:
-            return False
+            return verdict
         with self._lock:
             if verdict.status in UNCACHED_STATUSES:
                 self._skipped += 1
-                return False
-            self._items[key] = replace(verdict, cached=False)
-            self._items.move_to_end(key)
-            self._stores += 1
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
-            return True
+                return verdict
+            if verdict.status != Status.OK.value:
+                earlier = self._pending.pop(key, None)
+                if earlier is not None:
+                    verdict = mark_nondeterministic(verdict, earlier)
+                    self._nondeterministic += 1
+                self._store(key, verdict)
+                return verdict
+            earlier = self._pending.pop(key, None)
+            if earlier is not None and verdicts_agree(earlier, verdict, self.reward_band):
+                self._store(key, verdict)
+                self._confirmed += 1
+                return verdict
+            self._pending[key] = replace(verdict, cached=False)
+            while len(self._pending) > self.capacity:
+                self._pending.popitem(last=False)
+            return verdict
+
+    def put(self, key: tuple, verdict: Verdict) -> bool:
+        """`record` a fresh judgement; returns whether the key is now served from the cache."""
+        self.record(key, verdict)
+        with self._lock:
+            return key in self._items
 
     def get_or_judge(self, key: tuple, judge: Callable[[], Verdict], started: float | None = None) -> Verdict:
-        """The stored verdict for `key` (cached=True), else `judge()`'s, stored for next time.
+        """The served verdict for `key` (cached=True), else `judge()`'s, recorded for next time.
 
         Identical keys in flight are judged once: a second caller waits for the first and then reads
-        its stored verdict (or, if it was not storable, judges itself). `started`: the monotonic time
-        the request arrived, so a cached verdict's `total_s` covers the whole answer.
+        its stored verdict (or, if it was not storable or is an unconfirmed ok, judges itself: so a
+        burst of identical submissions costs two judgements when the first is ok, one otherwise).
+        `started`: the monotonic time the request arrived, so a cached verdict's `total_s` covers the
+        whole answer.
         """
         if not self.enabled:
             return judge()
@@ -135,11 +217,9 @@ class VerdictCache:
                 t0 = time.monotonic()
                 flight.done.wait()
                 waited += time.monotonic() - t0
-                continue  # stored now, or not storable: then this caller judges it itself
+                continue  # stored now, or not storable / only pending: then this caller judges it itself
             try:
-                verdict = judge()
-                self.put(key, verdict)
-                return verdict
+                return self.record(key, judge())
             finally:
                 with self._lock:
                     self._in_flight.pop(key, None)
@@ -148,11 +228,13 @@ class VerdictCache:
     def stats(self) -> CacheStats:
         with self._lock:
             return CacheStats(self._hits, self._misses, self._waits, self._stores, self._skipped, len(self._items),
-                              self.capacity)
+                              self.capacity, pending=len(self._pending), confirmed=self._confirmed,
+                              nondeterministic=self._nondeterministic)
 
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
+            self._pending.clear()
 
 
 @dataclass(frozen=True)

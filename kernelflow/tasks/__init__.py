@@ -1,13 +1,14 @@
 """The task suite: KernelBench-format reference modules with evaluation metadata, and prompts.
 
 Public API: `Task`, `get_task`, `task_ids`, `TASKS`, `GROUPS`, `suite_hash`, `generate_input`,
-`build_messages`, `build_prompt_text`, `feedback_message`, `extract_code`, and the second-tier suite
+`generate_inputs`, the check distributions (`TRANSFORM_NAMES`, `Task.check_distributions`,
+`distribution_for_call`), `build_messages`, `build_prompt_text`, `feedback_message`, `extract_code`, and the second-tier suite
 (`families.py`): `FAMILY_TASKS`, `FAMILY_GROUPS`, `FAMILY_ROLES`, `family_task_ids`, `families_hash`.
 This layer imports only the standard library and torch.
 """
 
 from kernelflow.tasks.families import FAMILY_GROUPS, FAMILY_ROLES, FAMILY_TASKS, families_hash, family_task_ids
-from kernelflow.tasks.inputs import generate_input, generate_inputs, input_seed
+from kernelflow.tasks.inputs import generate_input, generate_inputs, input_seed, split_distribution
 from kernelflow.tasks.prompts import (
     build_messages,
     build_prompt_text,
@@ -18,9 +19,11 @@ from kernelflow.tasks.spec import (
     DISTRIBUTIONS,
     KERNELBENCH_TOLERANCE,
     SHAPE_PROFILES,
+    TRANSFORM_NAMES,
     ShapeProfile,
     Task,
     Tolerance,
+    distribution_for_call,
 )
 from kernelflow.tasks.suite import GROUPS, KERNELBENCH_REVISION, TASKS, get_task, suite_hash, task_ids
 
@@ -34,11 +37,13 @@ __all__ = [
     "KERNELBENCH_TOLERANCE",
     "SHAPE_PROFILES",
     "TASKS",
+    "TRANSFORM_NAMES",
     "ShapeProfile",
     "Task",
     "Tolerance",
     "build_messages",
     "build_prompt_text",
+    "distribution_for_call",
     "extract_code",
     "families_hash",
     "family_task_ids",
@@ -46,6 +51,7 @@ __all__ = [
     "generate_input",
     "generate_inputs",
     "input_seed",
+    "split_distribution",
     "get_task",
     "suite_hash",
     "task_ids",

@@ -65,6 +65,17 @@ _NORM_TOL = Tolerance(atol=1e-7, rtol=1e-5)
 _SCAN_TOL = Tolerance(atol=2e-3, rtol=1e-5)
 # Mean-subtracting norms: outputs near 0 carry the mean's rounding, so atol is wider than _NORM_TOL's.
 _CENTRED_TOL = Tolerance(atol=1e-5, rtol=1e-5)
+# Check transformations (inputs.TRANSFORMS). Epsilon norms also see inputs scaled by 1e-3, where
+# mean(x^2) ~ 9e-6 is of the order of eps (a norm without eps is 45% off); extremum reductions and max
+# pooling see rows shifted by +-250..1000 (a masked lane or padding loaded as 0, or a running extremum
+# started at 0, wins every row of the other sign); argmax/argmin also see inputs with many exact ties
+# (the first index must win). Not transformed, and why: sums, means, scans, matmuls, losses and average
+# pooling have tolerances sized from fp32 accumulation error at the base magnitudes (a shift or scale
+# moves an honest kernel's error with it) and no invariance a kernel could exploit; L1/L2/Frobenius are
+# scale invariant without eps, so a scale catches nothing there.
+_EPS = ("tiny_magnitude",)
+_SHIFT = ("row_shift",)
+_ARG = ("row_shift", "ties")
 
 _ROWS_65535 = {
     "small": ShapeProfile(shape=(8, 4099), odd_shape=(3, 1037)),
@@ -222,12 +233,14 @@ FAMILY_TASKS: dict[str, Task] = {
     t.task_id: t
     for t in [
         _task("34_InstanceNorm", "normalization", 7, _CENTRED_TOL, _NCHW_64,
-              "per (batch, feature): (x - mean) / sqrt(var + 1e-5) over dim1 x dim2", init_inputs=(64,)),
+              "per (batch, feature): (x - mean) / sqrt(var + 1e-5) over dim1 x dim2", init_inputs=(64,),
+              check_transforms=_EPS),
         _task("35_GroupNorm_", "normalization", 9, _CENTRED_TOL, _NCHW_64,
               "nn.GroupNorm(8 groups, 64 features): per (batch, group) normalisation, weight 1, bias 0",
-              init_inputs=(64, 8)),
+              init_inputs=(64, 8), check_transforms=_EPS),
         _task("36_RMSNorm_", "normalization", 4, _NORM_TOL, _RMS_SHAPES,
-              "x / sqrt(mean(x^2 over dim 1) + 1e-5) on (batch, features, dim1, dim2)", init_inputs=(64,)),
+              "x / sqrt(mean(x^2 over dim 1) + 1e-5) on (batch, features, dim1, dim2)", init_inputs=(64,),
+              check_transforms=_EPS),
         _task("38_L1Norm_", "normalization", 3, _NORM_TOL, _ROWS_65535, "x / mean(|x| over dim 1)"),
         _task("39_L2Norm_", "normalization", 3, _NORM_TOL, _ROWS_65535, "x / ||x||_2 over dim 1"),
         _task("89_cumsum", "cumulative", 1, _SCAN_TOL, _ROWS_32768, "inclusive cumsum over dim 1",
@@ -242,16 +255,20 @@ FAMILY_TASKS: dict[str, Task] = {
         _multi("48_Mean_reduction_over_a_dimension", "reduction", _MEAN_TOL, _REDUCE_SHAPES,
                partial(_reduce_dim1_cost, out_bytes=4, flops_per_input=1), "mean over dim 1: (B, C)", init_inputs=(1,)),
         _multi("49_Max_reduction_over_a_dimension", "reduction", _EXACT_TOL, _REDUCE_SHAPES,
-               partial(_reduce_dim1_cost, out_bytes=4, flops_per_input=1), "max over dim 1: (B, C)", init_inputs=(1,)),
+               partial(_reduce_dim1_cost, out_bytes=4, flops_per_input=1), "max over dim 1: (B, C)", init_inputs=(1,),
+               check_transforms=_SHIFT),
         _multi("53_Min_reduction_over_a_dimension", "reduction", _EXACT_TOL, _REDUCE_SHAPES,
-               partial(_reduce_dim1_cost, out_bytes=4, flops_per_input=1), "min over dim 1: (B, C)", init_inputs=(1,)),
+               partial(_reduce_dim1_cost, out_bytes=4, flops_per_input=1), "min over dim 1: (B, C)", init_inputs=(1,),
+               check_transforms=_SHIFT),
         # Integer outputs are compared exactly; the tolerance is not used for them.
         _multi("51_Argmax_over_a_dimension", "reduction", _EXACT_TOL, _REDUCE_SHAPES,
                partial(_reduce_dim1_cost, out_bytes=8, flops_per_input=1),
-               "argmax over dim 1: (B, C) int64, first index of the maximum", init_inputs=(1,)),
+               "argmax over dim 1: (B, C) int64, first index of the maximum", init_inputs=(1,),
+               check_transforms=_ARG),
         _multi("52_Argmin_over_a_dimension", "reduction", _EXACT_TOL, _REDUCE_SHAPES,
                partial(_reduce_dim1_cost, out_bytes=8, flops_per_input=1),
-               "argmin over dim 1: (B, C) int64, first index of the minimum", init_inputs=(1,)),
+               "argmin over dim 1: (B, C) int64, first index of the minimum", init_inputs=(1,),
+               check_transforms=_ARG),
         _multi("1_Square_matrix_multiplication_", "matmul", _SQUARE_TOL, _SQUARE_SHAPES, _matmul_cost,
                "A @ B, N x N fp32, no TF32"),
         _multi("2_Standard_matrix_multiplication_", "matmul", _STANDARD_TOL, _STANDARD_SHAPES, _matmul_cost,
@@ -268,7 +285,8 @@ FAMILY_TASKS: dict[str, Task] = {
                "mean(clamp(1 - p * t, min=0)), t (N,) broadcast over p's rows, 0-d output", rows_independent=False),
         _multi("41_Max_Pooling_1D", "pooling", _EXACT_TOL, _POOL_SHAPES,
                partial(_pool_cost, kernel_size=8, out_length_delta=2 * 4 - 3 * 7),
-               "MaxPool1d(kernel 8, stride 1, padding 4, dilation 3): length L - 13", init_inputs=(8, 1, 4, 3, False)),
+               "MaxPool1d(kernel 8, stride 1, padding 4, dilation 3): length L - 13", init_inputs=(8, 1, 4, 3, False),
+               check_transforms=_SHIFT),
         _multi("44_Average_Pooling_1D", "pooling", _AVGPOOL_TOL, _AVGPOOL_SHAPES,
                partial(_pool_cost, kernel_size=8, out_length_delta=2 * 4 - 8 + 1),
                "AvgPool1d(kernel 8, stride 1, padding 4), padding counted: length L + 1", init_inputs=(8, 1, 4)),
@@ -276,7 +294,7 @@ FAMILY_TASKS: dict[str, Task] = {
               "x / ||x||_F over the whole tensor", rows_independent=False),
         _task("33_BatchNorm", "normalization", 7, _BATCHNORM_TOL, _BATCHNORM_SHAPES,
               "BatchNorm2d(64) in training mode: per-channel batch statistics over (N, H, W), weight 1, bias 0",
-              init_inputs=(64,), rows_independent=False),
+              init_inputs=(64,), rows_independent=False, check_transforms=_EPS),
     ]
 }
 

@@ -2,8 +2,10 @@
 
 A `Task` pairs a KernelBench-format reference module (the source a model is shown) with the metadata
 the evaluator needs: shape profiles, the minimal bytes and flops for the roofline floor, the
-correctness tolerance and the input distribution. This module holds types only; the ten pilot tasks
-are declared in `suite.py`, and inputs are drawn in `inputs.py`.
+correctness tolerance, the input distribution and the check transformations its reference is valid
+under (`check_transforms`; `check_distributions` names them, `distribution_for_call` says which one
+each call of a session draws). This module holds types only; the ten pilot tasks are declared in
+`suite.py`, and inputs are drawn and transformed in `inputs.py`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ from types import ModuleType
 
 SHAPE_PROFILES = ("small", "full")
 DISTRIBUTIONS = ("signed_wide", "kernelbench")
+# The closed set of check transformations of a drawn input (inputs.py defines and documents each).
+TRANSFORM_NAMES = ("row_shift", "large_magnitude", "tiny_magnitude", "ties")
+# The only base distribution that is transformed: `kernelbench` exists for exact replication.
+TRANSFORMED_BASE = "signed_wide"
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
@@ -90,6 +96,10 @@ class Task:
     # judge computes float64 references in row chunks. False for whole-tensor results (a loss, a
     # Frobenius norm, batch statistics), whose references are computed in one piece.
     rows_independent: bool = True
+    # Named transformations of a `signed_wide` draw (inputs.TRANSFORMS) under which the reference stays
+    # valid and finite and the tolerance stays achievable by an honest fp32 kernel; applied to the first
+    # input only. The judge checks some calls under them (`distribution_for_call`).
+    check_transforms: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         missing = [p for p in SHAPE_PROFILES if p not in self.profiles]
@@ -101,6 +111,22 @@ class Task:
             raise ValueError(f"task {self.task_id}: distribution {self.distribution!r} not in {DISTRIBUTIONS}")
         if not self.source_path.is_file():
             raise ValueError(f"task {self.task_id}: reference source {self.source_path} does not exist")
+        bad = [t for t in self.check_transforms if t not in TRANSFORM_NAMES]
+        if bad or len(set(self.check_transforms)) != len(self.check_transforms):
+            raise ValueError(f"task {self.task_id}: check_transforms {self.check_transforms} must be distinct "
+                             f"names of {TRANSFORM_NAMES}")
+
+    def check_distributions(self, base: str) -> tuple[str, ...]:
+        """The distributions the judge draws for this task under `base`: `base` first, then each transform.
+
+        Only `signed_wide` is transformed (`"signed_wide+row_shift"`, ...); `kernelbench` is for exact
+        replication of KernelBench, so it stays alone.
+        """
+        if base not in DISTRIBUTIONS:
+            raise ValueError(f"unknown base distribution {base!r}; choose one of {DISTRIBUTIONS}")
+        if base != TRANSFORMED_BASE:
+            return (base,)
+        return (base, *(f"{base}+{t}" for t in self.check_transforms))
 
     @property
     def source(self) -> str:
@@ -167,4 +193,22 @@ class Task:
             d["cost"] = {k: [self.bytes_min(k), self.flops(k)] for k in self.profiles}
         if not self.rows_independent:
             d["rows_independent"] = False
+        if self.check_transforms:
+            d["check_transforms"] = list(self.check_transforms)
         return d
+
+
+def distribution_for_call(task: Task, base: str, index: int) -> str:
+    """The distribution of a session's `index`-th correctness call (0-based, in plan order).
+
+    Call 0 draws `base` (the determinism repeat re-draws call 0, and the timed calls draw `base` too,
+    so timings stay comparable across tasks and with eager PyTorch); calls 1, 2, ... cycle through the
+    task's transformed distributions, so each is drawn once when the session has enough untimed calls
+    (seeds + the odd shape). A task without transforms, or a `kernelbench` base, draws `base` always.
+    """
+    if index < 0:
+        raise ValueError(f"call index {index} must be >= 0")
+    dists = task.check_distributions(base)
+    if index == 0 or len(dists) == 1:
+        return base
+    return dists[1 + (index - 1) % (len(dists) - 1)]

@@ -10,6 +10,9 @@ Tolerances (checked against a float64 reference, |out - ref| <= atol + rtol * |r
 - softmax has outputs near 2.5e-6 at full shape, so its atol is 1e-9 (all zeros must fail);
 - MinGPT GELU allows the erf form of GELU (up to 4.7e-4 from the tanh form; the pilot counted it
   correct) with atol = rtol = 1e-3, which still rejects a bf16 downcast.
+
+Check transformations (`check_transforms`, see `inputs.py`): the activations are also judged on
+`large_magnitude` inputs, softmax and log-softmax on `row_shift`ed rows.
 """
 
 from __future__ import annotations
@@ -35,6 +38,12 @@ _GELU_SHAPES = {
     "full": ShapeProfile(shape=(8192, 8192), odd_shape=(5, 8193)),
 }
 _EXACT = Tolerance(atol=1e-6, rtol=1e-6)
+# Check transformations (inputs.TRANSFORMS; docs/verdict.md): elementwise activations are also judged
+# on inputs scaled by 100 (|x| up to 1e4), where every reference saturates or is exact and a kernel
+# that clamps its input or exponentiates a positive number in float64 breaks; softmax and log-softmax
+# on rows shifted by +-250..1000 (the result is invariant; a constant in place of the row max fails).
+_ACTIVATION = ("large_magnitude",)
+_ROW_SHIFT = ("row_shift",)
 _TRANSCENDENTAL = Tolerance(atol=1e-5, rtol=1e-4)
 
 
@@ -55,18 +64,21 @@ def _task(task_id: str, group: str, flops: float, tol: Tolerance, description: s
 TASKS: dict[str, Task] = {
     t.task_id: t
     for t in [
-        _task("19_ReLU", "train", 1, _EXACT, "max(x, 0)"),
-        _task("20_LeakyReLU", "train", 2, _EXACT, "x if x > 0 else 0.01 * x"),
-        _task("21_Sigmoid", "train", 4, _TRANSCENDENTAL, "1 / (1 + exp(-x))"),
-        _task("22_Tanh", "train", 6, _TRANSCENDENTAL, "tanh(x)"),
-        _task("25_Swish", "reserved", 5, _TRANSCENDENTAL, "x * sigmoid(x)"),
-        _task("28_HardSigmoid", "reserved", 4, _EXACT, "clamp(x / 6 + 1/2, 0, 1)"),
-        _task("32_HardTanh", "reserved", 2, _EXACT, "clamp(x, -1, 1)"),
-        _task("23_Softmax", "heldout", 5, Tolerance(atol=1e-9, rtol=1e-4), "softmax over dim 1"),
-        _task("24_LogSoftmax", "heldout", 5, Tolerance(atol=1e-5, rtol=1e-5), "log_softmax over dim 1"),
+        _task("19_ReLU", "train", 1, _EXACT, "max(x, 0)", check_transforms=_ACTIVATION),
+        _task("20_LeakyReLU", "train", 2, _EXACT, "x if x > 0 else 0.01 * x", check_transforms=_ACTIVATION),
+        _task("21_Sigmoid", "train", 4, _TRANSCENDENTAL, "1 / (1 + exp(-x))", check_transforms=_ACTIVATION),
+        _task("22_Tanh", "train", 6, _TRANSCENDENTAL, "tanh(x)", check_transforms=_ACTIVATION),
+        _task("25_Swish", "reserved", 5, _TRANSCENDENTAL, "x * sigmoid(x)", check_transforms=_ACTIVATION),
+        _task("28_HardSigmoid", "reserved", 4, _EXACT, "clamp(x / 6 + 1/2, 0, 1)", check_transforms=_ACTIVATION),
+        _task("32_HardTanh", "reserved", 2, _EXACT, "clamp(x, -1, 1)", check_transforms=_ACTIVATION),
+        _task("23_Softmax", "heldout", 5, Tolerance(atol=1e-9, rtol=1e-4), "softmax over dim 1",
+              check_transforms=_ROW_SHIFT),
+        _task("24_LogSoftmax", "heldout", 5, Tolerance(atol=1e-5, rtol=1e-5), "log_softmax over dim 1",
+              check_transforms=_ROW_SHIFT),
         _task(
             "88_MinGPTNewGelu", "heldout", 12, Tolerance(atol=1e-3, rtol=1e-3),
             "0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))", shapes=_GELU_SHAPES,
+            check_transforms=_ACTIVATION,
         ),
     ]
 }
