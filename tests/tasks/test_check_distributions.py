@@ -5,7 +5,7 @@ input only); the transform is fair (the float64 reference stays finite, the hone
 tests/fixtures/solutions passes at the small, odd and full-length-row shapes under the interpreter);
 and it has power (a torch model of the fragile kernel it targets passes every base seed and fails the
 transformed one). The slow test at the end judges the `dist_*` adversarial fixtures through a real
-evaluator whose call plan draws `distribution_for_call` (patched in here until the judge does it itself).
+evaluator, whose call plan draws `distribution_for_call` (session/plan.py).
 """
 
 from __future__ import annotations
@@ -302,53 +302,17 @@ def test_the_brief_s_fp32_overflow_kernels_are_already_caught_by_the_base_outlie
 # --- end to end: the dist_* fixtures through the evaluator with per-call distributions -----------------
 
 
-def _wire_per_call_distributions(monkeypatch) -> None:
-    """What the judge's call plan should do (docs/verdict.md), patched in while session.py does not.
-
-    Each untimed, non-repeat call in plan order gets `distribution_for_call(task, base, i)`; the repeat and
-    the timed calls get the base. JudgeSession reads `self.distribution` when it draws or checks a call's
-    inputs, so each of those methods sees the call's own distribution. No-op once CallSpec has the field.
-    """
-    from kernelflow.eval import session
-
-    if "distribution" in {f.name for f in dataclasses.fields(session.CallSpec)}:
-        return
-    plan_of = session.build_plan
-
-    def build_plan(task, config, seeds, backend="cuda"):
-        plan = plan_of(task, config, seeds, backend)
-        base = config.distribution or task.distribution
-        checks = iter(range(len(plan)))
-        for spec in plan:
-            untimed = not spec.timed and spec.repeat_of is None
-            spec.distribution = distribution_for_call(task, base, next(checks)) if untimed else base
-            if spec.distribution != base:
-                spec.label += f" ({split_distribution(spec.distribution)[1]} inputs)"
-        return plan
-
-    monkeypatch.setattr(session, "build_plan", build_plan)
-    for name in ("_reference", "_run_call", "_input_changed"):
-        method = getattr(session.JudgeSession, name)
-
-        def per_call(self, spec, *args, _method=method, **kwargs):
-            self.distribution = spec.distribution
-            return _method(self, spec, *args, **kwargs)
-
-        monkeypatch.setattr(session.JudgeSession, name, per_call)
-
-
 DIST_FIXTURES = ["dist_softmax_constant_shift", "dist_logsoftmax_constant_shift", "dist_tanh_fp64_exp",
                  "dist_swish_clamped_input"]
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_dist_fixtures_are_incorrect_and_honest_solutions_ok_with_per_call_distributions(monkeypatch):
+def test_dist_fixtures_are_incorrect_and_honest_solutions_ok_with_per_call_distributions():
     from kernelflow.eval import EvalConfig, Evaluator, Status
     from tests.eval.test_adversarial import CORPUS, load_fixture
     from tests.helpers.solutions import solution_source
 
-    _wire_per_call_distributions(monkeypatch)
     ev = Evaluator(EvalConfig(backend="interpret", shape="small", seeds=2, timed_runs=2, timeout_s=120,
                               max_workers=1, verdict_cache_size=0))
     try:

@@ -17,7 +17,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 
 from kernelflow.eval.config import EvalConfig
-from kernelflow.tasks import Task
+from kernelflow.tasks import Task, distribution_for_call, split_distribution
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class CallSpec:
     main: bool  # main shape: its times feed the median
     timed: bool  # one of the final `timed_runs` calls
     repeat_of: int | None = None  # index of the call whose output this one must reproduce bit for bit
-    distribution: str | None = None  # the inputs' distribution; None: the session's base distribution
+    distribution: str | None = None  # what the inputs are drawn from (Task.check_distributions); None: the base
 
 
 def build_plan(task: Task, config: EvalConfig, seeds: list[int], backend: str = "cuda") -> list[CallSpec]:
@@ -39,14 +39,26 @@ def build_plan(task: Task, config: EvalConfig, seeds: list[int], backend: str = 
     """
     main_shape = tuple(task.input_shapes(config.shape))
     final_calls = config.timed_runs if backend == "cuda" else min(2, config.timed_runs)
-    plan = [CallSpec(f"seed {s}", main_shape, s, main=True, timed=False) for s in seeds]
+    base = config.distribution or task.distribution
+    plan: list[CallSpec] = []
+
+    def check(label: str, shapes: tuple, seed: int, main: bool) -> CallSpec:
+        # The seed calls and the odd shape cycle through the inputs the task's reference is valid under
+        # (Task.check_distributions), so a kernel right only on the usual inputs fails; the label names them.
+        dist = distribution_for_call(task, base, len(plan))
+        suffix = "" if dist == base else f" ({split_distribution(dist)[1]} inputs)"
+        return CallSpec(label + suffix, shapes, seed, main=main, timed=False, distribution=dist)
+
+    for s in seeds:
+        plan.append(check(f"seed {s}", main_shape, s, main=True))
     if config.check_odd_shape:
-        odd = tuple(task.input_shapes(config.shape, odd=True))
-        plan.append(CallSpec("odd shape", odd, seeds[-1] + 1000, main=False, timed=False))
+        plan.append(check("odd shape", tuple(task.input_shapes(config.shape, odd=True)), seeds[-1] + 1000, main=False))
     if config.check_determinism:
-        plan.append(CallSpec(f"repeat of seed {seeds[0]}", main_shape, seeds[0], main=True, timed=False, repeat_of=0))
-    for j in range(final_calls):
-        plan.append(CallSpec(f"timed call {j + 1}", main_shape, seeds[-1] + 1 + j, main=True, timed=True))
+        plan.append(CallSpec(f"repeat of seed {seeds[0]}", main_shape, seeds[0], main=True, timed=False, repeat_of=0,
+                             distribution=plan[0].distribution))
+    for j in range(final_calls):  # the base inputs: timings stay comparable across tasks and with eager
+        plan.append(CallSpec(f"timed call {j + 1}", main_shape, seeds[-1] + 1 + j, main=True, timed=True,
+                             distribution=base))
     return plan
 
 
