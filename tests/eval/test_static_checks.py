@@ -306,6 +306,62 @@ HACKS = [
     ("dunder_getattr_literal", variant(tail="c = getattr(x, '__class__')\nreturn out\n"), "no_escape_dunders"),
     ("dunder_mul", variant(tail="return x.__mul__(x > 0)\n"), "no_escape_dunders"),
     ("dunder_getattribute", variant(tail="return object.__getattribute__(x, 'relu')()\n"), "no_escape_dunders"),
+    ("dunder_in_format_string", variant(tail="s = '{0.__class__.__mro__}'.format(x)\nreturn out\n"),
+     "no_escape_dunders"),
+    # no_try_except: the with allow-list sees through renames
+    ("suppress_renamed_through_module", variant(
+        header="quiet = torch.serialization.contextlib.suppress\n",
+        tail="with quiet(Exception):\n    return out\nreturn x\n"), "no_try_except"),
+    ("with_unknown_manager", variant(tail="with [x][0]:\n    pass\nreturn out\n"), "no_try_except"),
+    # no_dangerous_builtins: strings evaluated as code, computed hasattr
+    ("get_type_hints_eval", variant(header="import typing\n",
+                                    module="def f(a: \"print('x')\"):\n    pass\nH = typing.get_type_hints(f)\n"),
+     "no_dangerous_builtins"),
+    ("hasattr_computed", variant(tail="h = hasattr(out, 're' + 'lu')\nreturn out\n"), "no_dangerous_builtins"),
+    # bounded_source: too deep or too big to judge (static_rejected, never an exception)
+    ("deep_binop_chain", variant(tail="y = " + "+".join(["x"] * 150) + "\nreturn out\n"), "bounded_source"),
+    ("million_term_expression", "y = " + "+".join(["1"] * 99_000) + "\n", "bounded_source"),
+    ("deep_unary", variant(tail="y = " + "-" * 20_000 + "x\nreturn out\n"), "bounded_source"),
+    ("too_many_nodes", variant(module="T = [" + "0," * 60_000 + "]\n"), "bounded_source"),
+    ("oversize_source", variant(module="#" * 200_001 + "\n"), "bounded_source"),
+    # no_forbidden_modules: a module off the allow-list reached as an attribute of an allowed one
+    *[(f"module_attr_{i}", variant(tail=f"m = {chain}\nreturn out\n", header=header), "no_forbidden_modules")
+      for i, (chain, header) in enumerate((
+          ("triton.runtime.jit.os", ""), ("torch.functional.np", ""), ("tl.core.builtins", ""),
+          ("torch.sys", ""), ("typing.sys", "import typing\n"), ("functools.sys", "import functools\n"),
+          ("getattr(torch.functional, 'np')", ""), ("[torch][0].functional.np", ""), ("x.os", "")))],
+    ("module_attr_from_import", variant(header="from torch.functional import np\n"), "no_forbidden_modules"),
+    ("module_attr_alias_chain", variant(header="a = torch\nb = a.functional\nc = b.np\n"), "no_forbidden_modules"),
+    ("module_as_value", variant(tail="m = [torch][0]\nreturn out\n"), "no_forbidden_modules"),
+    ("module_returned", variant(module="def mod():\n    return triton\n"), "no_forbidden_modules"),
+    # no_torch_internals
+    *[(f"internal_{i}", variant(tail=f"h = {chain}\nreturn out\n"), "no_torch_internals") for i, chain in enumerate((
+        "torch._C._DisableTorchDispatch()", "torch._C._unset_dispatch_mode(0)", "torch._dynamo", "torch._inductor",
+        "torch._ops.ops", "torch.utils._python_dispatch", "torch.library.impl", "torch.ops.aten.relu",
+        "getattr(torch, '_C')", "triton._C", "out._C", "[torch][0].ops.aten"))],
+    ("internal_import", variant(header="import torch._C as C\n"), "no_torch_internals"),
+    ("internal_rebound_name", variant(header="a = torch.nn\na = torch.ops\n", tail="f = a.relu\nreturn out\n"),
+     "no_torch_internals"),
+    # no_interpreter_detection
+    *[(f"interpreter_{i}", variant(tail=f"{code}\nreturn out\n"), "no_interpreter_detection")
+      for i, code in enumerate((
+          "flag = triton.runtime.jit.os.environ.get('X')", "k = triton.knobs.runtime.interpret",
+          "m = triton.runtime.interpreter", "s = 'TRITON_INTERPRET'",
+          "n = type(relu_kernel).__name__", "r = str(relu_kernel)", "c = relu_kernel.cache",
+          "from triton.runtime.interpreter import interpreter_builder"))],
+    ("interpreter_only_helper_in_kernel", variant(module="def helper(v):\n    return v\n").replace(
+        "tl.maximum(x, 0.0)", "helper(tl.maximum(x, 0.0))"), "no_interpreter_detection"),
+    ("interpreter_builtin_in_kernel", HONEST_RELU.replace("tl.maximum(x, 0.0)", "tl.maximum(x, 0.0 * id(x))"),
+     "no_interpreter_detection"),
+    # no_nondeterminism
+    *[(f"nondeterminism_{i}", variant(tail=f"{code}\nreturn out\n", header=header), "no_nondeterminism")
+      for i, (code, header) in enumerate((
+          ("k = id(x) % 2", ""), ("k = hash('softmax') % 2", ""), ("h = hash", ""),
+          ("r = random.random()", "import random\n"), ("t = secrets.token_hex(4)", "import secrets\n"),
+          ("u = uuid.uuid4()", "import uuid\n"), ("t = time.time()", "import time\n"),
+          ("p = triton.runtime.jit.os.getpid()", ""), ("b = triton.runtime.jit.os.urandom(1)", ""),
+          ("s = torch.initial_seed()", ""), ("out.uniform_()", ""), ("r = torch.random", ""),
+          ("t = threading.get_ident()", "import threading\n")))],
 ]
 
 
@@ -316,7 +372,8 @@ def test_hack_fails_its_check(source, check):
     result = checks[check]
     assert not result.passed, f"{check} passed on:\n{source}"
     assert result.why
-    if check not in ("defines_model_new", "has_triton_kernel", "launches_kernel") and "\x00" not in source:
+    if check not in ("defines_model_new", "has_triton_kernel", "launches_kernel") and "\x00" not in source \
+            and not (check == "bounded_source" and list(checks) == ["bounded_source"]):  # refused before parsing
         assert "line " in result.why, result.why  # the model is told where
     assert first_failure(checks) is not None
 
