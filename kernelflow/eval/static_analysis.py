@@ -137,7 +137,7 @@ INTERNAL_ATTRS = frozenset({
     "_C", "_VF", "_ops", "_dynamo", "_inductor", "_python_dispatch", "_subclasses", "_guards", "_functorch",
     "_higher_order_ops", "_library", "_prims", "_refs", "_decomp", "_dispatch", "_jit_internal",
     "_utils_internal", "_mode_utils", "_export", "_meta_registrations", "_custom_op", "_custom_ops",
-    "_lazy", "_native", "_logging", "_environment", "aten", "prims", "libtriton",
+    "_lazy", "_native", "_logging", "_environment", "aten", "prims", "libtriton", "library",
 })
 # Namespaces that are raw operator registries or hook points, whatever is reached through them.
 INTERNAL_NAMES = frozenset({"torch.ops", "torch.library", "torch.overrides", "torch.utils.hooks",

@@ -75,17 +75,17 @@ _BOUNDS_HINT = "no Triton kernel needs that; write plain, shallow code"
 
 def check_bounded_source(tree: ast.Module, source: str) -> Check:
     # Rationale: a million-term expression or deep nesting blows the analysis' recursion or makes it slow.
-    stack, nodes, deepest = [(tree, 1)], 0, 0
+    stack, nodes, deepest = [(tree, 1, 1)], 0, 0
     while stack:  # iterative: the tree may be as deep as the parser allowed
-        node, depth = stack.pop()
+        node, depth, line = stack.pop()
+        line = getattr(node, "lineno", line)
         nodes += 1
         deepest = max(deepest, depth)
         if nodes > MAX_AST_NODES or deepest > MAX_AST_DEPTH:
-            line = getattr(node, "lineno", 0)
             what = f"more than {MAX_AST_NODES:,} syntax nodes" if nodes > MAX_AST_NODES else \
                 f"expressions nested more than {MAX_AST_DEPTH} deep"
             return Check(False, f"line {line}: the source has {what}; {_BOUNDS_HINT}")
-        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+        stack.extend((child, depth + 1, line) for child in ast.iter_child_nodes(node))
     return Check(True, f"{nodes} nodes, depth {deepest}")
 
 
