@@ -410,3 +410,86 @@ def test_deeply_nested_source_fails_closed():
     source = variant(tail="y = " + "(" * 400 + "x" + ")" * 400 + "\nreturn out\n")
     checks = run_static_checks(source)
     assert first_failure(checks) is None or not first_failure(checks)[1].passed  # never raises
+
+
+def _honest_sources() -> dict[str, str]:
+    """Every honest solution the project ships: the suite's solutions, the prompt's example, the SFT corpus."""
+    import random
+    from pathlib import Path
+
+    from kernelflow.tasks import extract_code
+    from kernelflow.tasks.prompts import EXAMPLE_SOLUTION
+    from kernelflow.train.corpus import answer, corpus_tasks
+
+    root = Path(__file__).resolve().parents[1] / "fixtures" / "solutions"
+    sources = {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*.py"))}
+    sources["prompts.EXAMPLE_SOLUTION"] = EXAMPLE_SOLUTION
+    rng = random.Random(0)
+    for task_id in corpus_tasks():
+        for i in range(3):
+            sources[f"corpus:{task_id}:{i}"] = extract_code(answer(task_id, rng)[0])
+    return sources
+
+
+def test_every_honest_solution_passes_every_check():
+    sources = _honest_sources()
+    assert len(sources) >= 30
+    failed = {name: [(n, c.why) for n, c in run_static_checks(src).items() if not c.passed]
+              for name, src in sources.items()}
+    assert not {k: v for k, v in failed.items() if v}
+
+
+def test_a_200kB_pathological_source_is_analysed_and_rejected():
+    # 200 kB of shallow, valid code at the node limit's edge: analysed (not refused unparsed), then rejected.
+    lines = [f"a{i} = a{i + 1}" for i in range(13_500)] + ["a13500 = torch"]
+    source = variant(module="\n".join(lines) + "\nACT = a0.relu\n")
+    assert 150_000 < len(source) <= 200_000
+    checks = run_static_checks(source)
+    assert checks["parses"].passed
+    assert first_failure(checks)[0] == "bounded_source" and "syntax nodes" in checks["bounded_source"].why
+
+
+def test_a_backwards_alias_chain_resolves_in_one_pass():
+    # `a0 = a1; a1 = a2; ...; aN = torch`: the worklist resolves it (the old fixpoint needed N passes).
+    lines = [f"a{i} = a{i + 1}" for i in range(3_000)] + ["a3000 = torch"]
+    checks = run_static_checks(variant(module="\n".join(lines) + "\n", tail="return a0.relu(x)\n"))
+    assert first_failure(checks) is not None and not checks["no_torch_compute"].passed
+    assert "torch.relu" in checks["no_torch_compute"].why
+
+
+@pytest.mark.parametrize("depth", [150, 1_000, 3_000, 100_000])
+def test_deep_nesting_is_rejected_cleanly(depth):
+    for source in (variant(tail="y = " + "+".join(["x"] * depth) + "\nreturn out\n"),
+                   variant(tail="y = " + "-" * depth + "x\nreturn out\n"),
+                   variant(tail="y = x" + ".real" * depth + "\nreturn out\n"),
+                   variant(tail="y = " + "lambda: " * depth + "x\nreturn out\n")):
+        checks = run_static_checks(source)
+        name, check = first_failure(checks)
+        assert name == "bounded_source" and not check.passed, (name, check)
+
+
+def test_pathological_unfenced_answer_does_not_crash_the_code_extractor():
+    from kernelflow.tasks import extract_code, pysource
+
+    for text in ("+".join(["1"] * 100_000), "-" * 100_000 + "1", "x = 1\x00", "#" * 300_000 + "\nclass A: pass"):
+        assert extract_code(text) is None  # no_code, never an exception out of the judge
+        with pytest.raises(SyntaxError):
+            pysource.parse(text)
+
+
+def test_rebinding_a_name_is_judged_through_every_binding():
+    checks = run_static_checks(variant(header="a = torch.nn\na = torch\n", tail="return [a.relu][0](x)\n"))
+    assert not checks["no_torch_compute"].passed
+
+
+@pytest.mark.parametrize("header", ["from contextlib import suppress as s\n", "s = typing.contextlib.suppress\n"])
+def test_renamed_suppress_is_refused_as_a_context_manager(header):
+    checks = run_static_checks(variant(header="import typing\n" + header,
+                                       tail="with s(Exception):\n    return out\nreturn x\n"))
+    assert not checks["no_try_except"].passed
+
+
+def test_allowed_context_managers_and_main_guard_pass():
+    source = variant(tail="with torch.no_grad(), torch.cuda.device(x.device):\n    pass\nreturn out\n",
+                     module='\n\nif __name__ == "__main__":\n    print(ModelNew.__name__)\n')
+    assert first_failure(run_static_checks(source)) is None
