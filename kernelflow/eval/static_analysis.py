@@ -176,7 +176,9 @@ KERNEL_BUILTINS = frozenset({"len", "list", "range", "float", "int", "isinstance
 EVAL_NAMES = frozenset({"typing.get_type_hints", "typing.ForwardRef", "typing_extensions.get_type_hints",
                         "typing_extensions.ForwardRef", "typing.get_overloads", "functools.singledispatch",
                         "functools.singledispatchmethod", "typing.evaluate_forward_ref",
-                        "typing_extensions.evaluate_forward_ref"})
+                        "typing_extensions.evaluate_forward_ref", "typing_extensions.get_annotations"})
+EVAL_ATTRS = frozenset({"get_type_hints", "ForwardRef", "get_annotations", "_eval_type", "evaluate_forward_ref",
+                        "singledispatch", "singledispatchmethod", "_evaluate"})
 # Modules a submission may name; used as a value (in a list, as an argument) any of them is rejected.
 KNOWN_MODULES = frozenset({
     "torch", "torch.nn", "torch.nn.functional", "torch.functional", "torch.cuda", "torch.ops", "torch.utils",
@@ -240,7 +242,9 @@ class Analysis:
             if name not in self.aliases and name not in bound:
                 self.aliases[name] = qual
                 self.imported_modules.add(qual)
-        self.bound_values = {id(v) for _, v in self._pairs()}  # right-hand sides (a module may be aliased)
+        # Right-hand sides bound to a name or self-attribute (a module may be aliased there, nowhere else).
+        self.bound_values = {id(v) for t, v in self._pairs() if _key(t)}
+        self.overbound: dict[str, ast.AST] = {}  # names bound to more distinct things than are tracked
         self._resolve_assignments()
         self._memo = {}
         self.kernels = {n.name: n for n in self.nodes if isinstance(n, ast.FunctionDef)
@@ -273,6 +277,14 @@ class Analysis:
     def _resolve_assignments(self) -> None:
         """Flow-insensitive: a name bound to a module member anywhere is treated as that member (each binding)."""
         pairs = [(_key(t), v) for t, v in self._pairs()]
+        # A class attribute (`class M: t = typing`) is read back as self.t / cls.t.
+        for c in self.nodes:
+            if isinstance(c, ast.ClassDef):
+                for stmt in c.body:
+                    for t in stmt.targets if isinstance(stmt, ast.Assign) else \
+                            [stmt.target] if isinstance(stmt, ast.AnnAssign) and stmt.value else []:
+                        if isinstance(t, ast.Name):
+                            pairs += [(f"self.{t.id}", stmt.value), (f"cls.{t.id}", stmt.value)]
         pairs = [(k, v) for k, v in pairs if k]
         waiting: dict[str, list[int]] = {}
         done: set[int] = set()
@@ -291,8 +303,11 @@ class Analysis:
             if key not in self.aliases:
                 self.aliases[key] = qual
                 todo.extend(waiting.pop(key, ()))
-            elif self.aliases[key] != qual and len(self.alternates.setdefault(key, set())) < 16:
-                self.alternates[key].add(qual)
+            elif self.aliases[key] != qual and qual not in self.alternates.setdefault(key, set()):
+                if len(self.alternates[key]) < 16:
+                    self.alternates[key].add(qual)
+                else:
+                    self.overbound.setdefault(key, value)
 
     def _chain(self, node: ast.AST) -> tuple[str, list[str]] | None:
         """(alias key, attribute names after it) for an expression rooted at a bound name, else None."""
@@ -406,15 +421,17 @@ def reach(qual: str) -> list[tuple[str, str]]:
             hits.append(("no_forbidden_modules", f"{prefix} reaches the module `{seg}` through an allowed module "
                                                  f"({seg} {why}); use only torch, triton and math members"))
             break
-    if parts[0] in ("torch", "triton"):
+    if parts[0] in ALLOWED_IMPORT_ROOTS:  # torch._C, torch._ops, triton._C, typing._eval_type, ...
         for prefix, seg in zip(prefixes[1:], parts[1:], strict=True):
             if prefix in INTERNAL_NAMES or seg.startswith("_") and not _is_dunder(seg):
-                hits.append(("no_torch_internals", f"{prefix} is a PyTorch/Triton internal (dispatch keys, raw "
-                                                   f"operators, hooks); a kernel needs none of it"))
+                hits.append(("no_torch_internals", f"{prefix} is a private internal (dispatch keys, raw "
+                                                   f"operators, hooks, evaluators); a kernel needs none of it"))
                 break
     for prefix, seg in zip(prefixes, parts, strict=True):
         if prefix in INTERPRETER_NAMES or seg in INTERPRETER_ATTRS:
-            hits.append(("no_interpreter_detection", f"{prefix}: {_INTERPRETER_WHY}"))
+            hint = " (for the SM count use torch.cuda.get_device_properties(x.device).multi_processor_count)" \
+                if prefix.startswith("triton.runtime.driver") else ""
+            hits.append(("no_interpreter_detection", f"{prefix}: {_INTERPRETER_WHY}{hint}"))
             break
     if not qual.startswith("triton.language") and (
             parts[0] in NONDETERMINISM_ROOTS or any(seg in NONDETERMINISM_ATTRS for seg in parts[1:])):
@@ -442,6 +459,8 @@ def _attribute_hits(a: Analysis, n: ast.AST, name: str) -> list[tuple[str, str]]
                                            f"operators, hooks); a kernel needs none of it"))
     if name in INTERPRETER_ATTRS:
         hits.append(("no_interpreter_detection", f"`.{name}`: {_INTERPRETER_WHY}"))
+    if name in EVAL_ATTRS:
+        hits.append(("no_dangerous_builtins", f"`.{name}` evaluates strings as code"))
     if name in NONDETERMINISM_ATTRS and not (a.qual(n) or "").startswith("triton.language"):
         hits.append(("no_nondeterminism", f"`.{name}` is a per-process draw; {_NONDETERMINISM_WHY}"))
     return hits

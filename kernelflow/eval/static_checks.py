@@ -365,6 +365,8 @@ def check_no_forbidden_modules(tree: ast.Module, source: str) -> Check:
             if q in a.imported_modules or q in KNOWN_MODULES:
                 found.add(n, f"the module {q} is used as a value (in a container, an argument or a return); "
                              f"use a module only as `{_tail(n)}.member` or bind it to a name")
+    for key, value in sorted(a.overbound.items()):
+        found.add(value, f"`{key}` is bound to more than 16 different modules or members; bind each name once")
     return found.check()
 
 
@@ -413,6 +415,9 @@ def check_no_nondeterminism(tree: ast.Module, source: str) -> Check:
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in NONDETERMINISM_BUILTINS \
                 and n.id not in a.aliases and n.id not in a.local_defs:
             found.add(n, f"{n.id}() differs from process to process; {_NONDETERMINISM_WHY}")
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "object" and not n.args \
+                and "object" not in a.aliases:
+            found.add(n, f"object() has a per-process address (its repr and id); {_NONDETERMINISM_WHY}")
     return found.check()
 
 

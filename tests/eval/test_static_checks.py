@@ -333,6 +333,15 @@ HACKS = [
     ("module_attr_from_import", variant(header="from torch.functional import np\n"), "no_forbidden_modules"),
     ("module_attr_alias_chain", variant(header="a = torch\nb = a.functional\nc = b.np\n"), "no_forbidden_modules"),
     ("module_as_value", variant(tail="m = [torch][0]\nreturn out\n"), "no_forbidden_modules"),
+    ("module_in_starred_target", variant(header="import typing\na, *b = torch, typing\n"), "no_forbidden_modules"),
+    ("module_in_subscript_target", variant(header="import typing\nD = {}\nD['t'] = typing\n"), "no_forbidden_modules"),
+    ("module_as_default_argument", variant(module="def f(t=torch):\n    return t\n"), "no_forbidden_modules"),
+    ("name_bound_too_often", variant(header="".join(f"a = torch.x{i}\n" for i in range(20)) + "a = torch\n"),
+     "no_forbidden_modules"),
+    ("eval_through_class_attribute", variant(header="import typing\n", module=(
+        "class H:\n    t = typing\n\n    def g(self, f):\n        return self.t.get_type_hints(f)\n")),
+     "no_dangerous_builtins"),
+    ("typing_private_evaluator", variant(header="import typing\nE = typing._eval_type\n"), "no_torch_internals"),
     ("module_returned", variant(module="def mod():\n    return triton\n"), "no_forbidden_modules"),
     # no_torch_internals
     *[(f"internal_{i}", variant(tail=f"h = {chain}\nreturn out\n"), "no_torch_internals") for i, chain in enumerate((
@@ -348,7 +357,7 @@ HACKS = [
           "flag = triton.runtime.jit.os.environ.get('X')", "k = triton.knobs.runtime.interpret",
           "m = triton.runtime.interpreter", "s = 'TRITON_INTERPRET'",
           "n = type(relu_kernel).__name__", "r = str(relu_kernel)", "c = relu_kernel.cache",
-          "from triton.runtime.interpreter import interpreter_builder"))],
+          "from triton.runtime.interpreter import interpreter_builder", "d = triton.runtime.driver.active"))],
     ("interpreter_only_helper_in_kernel", variant(module="def helper(v):\n    return v\n").replace(
         "tl.maximum(x, 0.0)", "helper(tl.maximum(x, 0.0))"), "no_interpreter_detection"),
     ("interpreter_builtin_in_kernel", HONEST_RELU.replace("tl.maximum(x, 0.0)", "tl.maximum(x, 0.0 * id(x))"),
@@ -361,7 +370,7 @@ HACKS = [
           ("u = uuid.uuid4()", "import uuid\n"), ("t = time.time()", "import time\n"),
           ("p = triton.runtime.jit.os.getpid()", ""), ("b = triton.runtime.jit.os.urandom(1)", ""),
           ("s = torch.initial_seed()", ""), ("out.uniform_()", ""), ("r = torch.random", ""),
-          ("t = threading.get_ident()", "import threading\n")))],
+          ("t = threading.get_ident()", "import threading\n"), ("c = str(object())", "")))],
 ]
 
 
