@@ -1,7 +1,11 @@
 """Name resolution and the name tables behind the static checks (see `static_checks.py`).
 
 `Analysis` walks a submission's syntax tree once: it resolves every name through import aliases and
-simple assignments, and records, per check, which qualified names were reached where. The frozen
+simple assignments (class attributes too, as self.x; every binding of a rebound name is kept), and
+records, per check, which qualified names were reached where. Resolution is a worklist, linear in the
+node count (a chain written backwards no longer costs a pass per link). `classify` and `reach` map a
+dotted name to the checks it breaks; `_attribute_hits` does the same for an attribute name on an
+object of unknown type (a module hidden in a container is still caught by what it is asked for). The frozen
 sets below say which imports, torch calls, tensor methods and dunders are allowed or forbidden; the
 checks in `static_checks.py` read them. This module decides nothing itself.
 """

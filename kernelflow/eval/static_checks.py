@@ -12,6 +12,18 @@ are judged by every prefix, so `torch.nn.functional.relu.__call__` and `torch.op
 caught like `torch.relu`. Imports follow an allow-list; torch calls follow an allow-list
 (allocation, shape and device queries); tensor methods follow a deny-list of compute names.
 
+Every name chain is also judged for what it *reaches*, whatever it is called: a module off the
+import allow-list held as an attribute of an allowed one (`typing.sys`, `torch.nn.functional.np`,
+`tl.core.builtins`: a table of the re-exports in torch/triton/stdlib, plus the rule that an attribute
+named like a forbidden module is refused on any object), a private member of an allowed module or a
+raw registry (`torch._ops`, `torch.ops`, `torch.library`), an interpreter probe (`triton.knobs`,
+`os.environ`, kernel-object introspection), a per-process draw (`hash`, `id`, `random`, clocks,
+`object()` addresses), or a string evaluator (`typing.get_type_hints`). A module used as a value (in
+a container, as an argument) is refused, since no chain through it can be resolved; a name bound to
+several things is judged through each binding. `bounded_source` runs first: over 200 kB, 50,000
+nodes or depth 100 nothing else runs (static_rejected), and the parser's RecursionError/MemoryError
+never leave `pysource.parse` as anything but a SyntaxError. The analysis is linear in the node count.
+
 Under the Triton interpreter a @triton.jit body is plain Python executed during the launch, so
 `pure_triton_kernels` also keeps kernel bodies from reading mutable module state or calling PyTorch
 tensor methods (on a GPU, Triton's compiler refuses both anyway).
@@ -19,7 +31,9 @@ tensor methods (on a GPU, Triton's compiler refuses both anyway).
 What it does not do: it cannot see types, so arithmetic operators on tensors (`x * (x > 0)`),
 builtins applied to tensors (`abs(x)`, `sum(x)`) and caching keyed on `data_ptr()` pass here; the
 worker's dispatch allow-list, launch counter and the judge's fresh-input checks catch those at run
-time. Code under `if __name__ == "__main__":` is checked like the rest (test harnesses that call
+time. Per-process draws it cannot name (set iteration order of strings, `data_ptr()`, function reprs)
+and branches on `x.device.type` pass here too: judging again in a fresh process is the defence.
+Code under `if __name__ == "__main__":` is checked like the rest (test harnesses that call
 torch ops are rejected; the prompt asks for no testing code). Static checks narrow the attack
 surface; they are not the sandbox.
 """
