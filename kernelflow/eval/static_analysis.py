@@ -332,13 +332,28 @@ class Analysis:
 
     def qual(self, node: ast.AST) -> str | None:
         """The dotted module path an expression names (`T.nn.functional.relu` -> `torch.nn.functional.relu`)."""
-        if self._memo is not None and id(node) in self._memo:
-            return self._memo[id(node)]
-        chain = self._chain(node)
-        q = None if chain is None else ".".join([self.aliases[chain[0]], *chain[1]])
-        if self._memo is not None:
-            self._memo[id(node)] = q
-        return q
+        memo = self._memo
+        if memo is None:  # still resolving: aliases may grow
+            chain = self._chain(node)
+            return None if chain is None else ".".join([self.aliases[chain[0]], *chain[1]])
+        path: list[tuple[ast.AST, str]] = []
+        while id(node) not in memo:  # down to a memoised node or the chain's base, then fill in upwards
+            key = _key(node)
+            if key and key in self.aliases:
+                memo[id(node)] = self.aliases[key]
+            elif isinstance(node, ast.Attribute):
+                path.append((node, node.attr))
+                node = node.value
+            elif _literal_getattr(node):
+                path.append((node, node.args[1].value))
+                node = node.args[0]
+            else:
+                memo[id(node)] = None
+        base = memo[id(node)]
+        for outer, attr in reversed(path):
+            base = None if base is None else f"{base}.{attr}"
+            memo[id(outer)] = base
+        return base
 
     def quals(self, node: ast.AST) -> list[str]:
         """Every dotted path an expression may name: `qual`, and the same chain through each other binding."""
