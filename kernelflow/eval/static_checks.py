@@ -236,8 +236,8 @@ def check_no_try_except(tree: ast.Module, source: str) -> Check:
         elif isinstance(n, ast.With | ast.AsyncWith):
             for item in n.items:  # an allow-list: `suppress` renamed or reached through a module is still suppress
                 expr = item.context_expr
-                if not set(a.quals(expr.func if isinstance(expr, ast.Call) else expr)) & WITH_ALLOWED \
-                        or len(a.quals(expr.func if isinstance(expr, ast.Call) else expr)) > 1:
+                quals = a.quals(expr.func if isinstance(expr, ast.Call) else expr)
+                if len(quals) != 1 or quals[0] not in WITH_ALLOWED:  # a rebound name is judged by every binding
                     found.add(n, f"`with {ast.unparse(expr)}` may swallow exceptions; the only context managers "
                                  f"allowed are {', '.join(sorted(WITH_ALLOWED))}")
         elif isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name in ("__exit__", "__aexit__"):
