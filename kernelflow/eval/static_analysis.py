@@ -1,7 +1,11 @@
 """Name resolution and the name tables behind the static checks (see `static_checks.py`).
 
 `Analysis` walks a submission's syntax tree once: it resolves every name through import aliases and
-simple assignments, and records, per check, which qualified names were reached where. The frozen
+simple assignments (class attributes too, as self.x; every binding of a rebound name is kept), and
+records, per check, which qualified names were reached where. Resolution is a worklist, linear in the
+node count (a chain written backwards no longer costs a pass per link). `classify` and `reach` map a
+dotted name to the checks it breaks; `_attribute_hits` does the same for an attribute name on an
+object of unknown type (a module hidden in a container is still caught by what it is asked for). The frozen
 sets below say which imports, torch calls, tensor methods and dunders are allowed or forbidden; the
 checks in `static_checks.py` read them. This module decides nothing itself.
 """
@@ -9,6 +13,8 @@ checks in `static_checks.py` read them. This module decides nothing itself.
 from __future__ import annotations
 
 import ast
+import builtins
+from collections import deque
 
 from kernelflow.eval.verdict import Check
 
@@ -34,6 +40,7 @@ _MODULE_REASONS = {
     **dict.fromkeys(("time", "timeit", "datetime"), "reads or replaces timers"),
     **dict.fromkeys(("numpy", "scipy", "cupy", "numba", "jax", "tensorflow", "pandas"),
                     "computes outside Triton"),
+    **dict.fromkeys(("random", "secrets", "uuid"), "draws per-process randomness; a verdict must not depend on it"),
 }
 TORCH_CALLS_ALLOWED = frozenset({
     "torch.empty", "torch.empty_like", "torch.empty_strided", "torch.zeros", "torch.zeros_like", "torch.ones",
@@ -101,6 +108,92 @@ TORCH_ONLY_METHODS = frozenset({"clone", "detach", "numpy", "tolist", "item", "c
                                 "untyped_storage", "new_empty", "new_zeros", "new_ones", "new_full", "new_tensor",
                                 "contiguous", "copy", "set"})
 JIT_NAMES = frozenset({"triton.jit", "triton.runtime.jit", "triton.runtime.jit.jit"})
+# ---- names that reach what the import allow-list keeps out (see check_no_forbidden_modules and after) ----
+# Attribute names under which torch, triton and the allowed stdlib modules hold a module that is off the
+# allow-list (torch.functional.np, triton.runtime.jit.os, triton.language.core.builtins, typing.sys, ...).
+# Generated on torch 2.11 / triton 3.6 by walking sys.modules after `import torch, triton.language` under
+# TRITON_INTERPRET=1 and keeping every `vars(module)` entry that is a module with a root not allowed.
+# On a chain that resolves to an allowed module every one of them is rejected.
+REEXPORTED_MODULES = frozenset("""
+_compat_pickle _operator _osp _socket _sys _thread _types _warnings argparse ast atexit base64 bisect bltns
+builtins cmath concurrent contextlib contextvars copy copymodule copyreg ctypes datetime difflib dill dis errno
+fnmatch gc glob gzip hashlib heapq importlib inspect io json keyword linecache locale logging mp
+multiprocessing np numpy operator os pathlib pickle pickletools pkgutil platform pprint python_multiprocessing
+queue random re reducer reduction shutil signal statistics stdlib_re string struct subprocess sys sysconfig
+tarfile tempfile textwrap threading time tokenize torchgen traceback types unittest uuid warnings weakref
+zipfile zlib
+""".split())
+# Harmless, common words among them: rejected only on a resolved module chain, not on any object.
+_GENERIC_MODULE_WORDS = frozenset("""
+argparse ast base64 bisect cmath copy difflib errno fnmatch hashlib heapq json keyword locale pprint queue re
+statistics stdlib_re string struct textwrap zlib
+""".split())
+# Rejected as an attribute of anything (a module can hide in a container or a return value): the dangerous
+# re-exports plus every root the import check refuses for a reason, and their private aliases.
+ESCAPE_MODULE_ATTRS = (REEXPORTED_MODULES - _GENERIC_MODULE_WORDS) | frozenset({
+    "posix", "posixpath", "_posixsubprocess", "_ctypes", "cffi", "mmap", "resource", "faulthandler", "pty",
+    "socket", "ssl", "http", "urllib", "requests", "asyncio", "runpy", "code", "marshal", "shelve", "timeit",
+    "secrets", "scipy", "cupy", "numba", "jax", "pandas", "_os", "_np", "_numpy", "_random", "_time",
+    "_gc", "_inspect", "_importlib", "_builtins", "_contextlib", "_threading", "_multiprocessing",
+})
+# torch / triton internals reachable from an object of unknown type: rejected as an attribute of anything.
+INTERNAL_ATTRS = frozenset({
+    "_C", "_VF", "_ops", "_dynamo", "_inductor", "_python_dispatch", "_subclasses", "_guards", "_functorch",
+    "_higher_order_ops", "_library", "_prims", "_refs", "_decomp", "_dispatch", "_jit_internal",
+    "_utils_internal", "_mode_utils", "_export", "_meta_registrations", "_custom_op", "_custom_ops",
+    "_lazy", "_native", "_logging", "_environment", "aten", "prims", "libtriton", "library",
+})
+# Namespaces that are raw operator registries or hook points, whatever is reached through them.
+INTERNAL_NAMES = frozenset({"torch.ops", "torch.library", "torch.overrides", "torch.utils.hooks",
+                            "torch.autograd.graph", "torch.utils.weak", "torch.utils.backend_registration"})
+# Reading these tells the submission whether it runs under the Triton interpreter (or changes how it runs).
+INTERPRETER_NAMES = frozenset({
+    "triton.knobs", "triton.runtime.interpreter", "triton.runtime.driver", "triton.runtime.build",
+    "triton.runtime.cache", "triton.runtime.errors", "triton.runtime.MockTensor", "triton.runtime.TensorWrapper",
+    "triton.MockTensor", "triton.TensorWrapper", "triton.InterpreterError", "triton.runtime.InterpreterError",
+    "triton.backends", "triton.compiler", "triton.compile", "triton.tools", "triton.set_allocator",
+})
+INTERPRETER_ATTRS = frozenset({"environ", "environb", "getenv", "putenv", "unsetenv", "knobs", "interpreter",
+                               "interpreter_builder", "InterpreterBuilder", "InterpretedFunction",
+                               "InterpreterError", "MockTensor", "TensorWrapper", "interpret", "_interpret"})
+INTERPRETER_STRINGS = ("TRITON_INTERPRET", "InterpretedFunction", "interpreter_builder")
+# Per-process draws: a verdict that depends on one could be a lucky draw, and verdicts are cached.
+NONDETERMINISM_ROOTS = frozenset({"random", "secrets", "uuid", "time", "datetime", "timeit", "threading",
+                                  "_thread"})
+NONDETERMINISM_ATTRS = frozenset("""
+random secrets uuid uuid1 uuid4 urandom getrandom getrandbits randbits token_bytes token_hex token_urlsafe
+getpid getppid get_ident get_native_id time time_ns datetime threading seed initial_seed manual_seed
+get_rng_state set_rng_state rand randn randint randperm rand_like randn_like randint_like bernoulli
+multinomial normal_ uniform_ random_ exponential_ geometric_ cauchy_ log_normal_ default_generator
+Generator
+""".split())
+NONDETERMINISM_BUILTINS = frozenset({"id", "hash"})
+# Context managers a submission may enter; anything else can swallow exceptions (contextlib.suppress renamed).
+WITH_ALLOWED = frozenset({"torch.no_grad", "torch.inference_mode", "torch.enable_grad", "torch.set_grad_enabled",
+                          "torch.cuda.device", "torch.device", "torch.cuda.device_of", "torch.autocast",
+                          "torch.amp.autocast", "torch.cuda.amp.autocast"})
+# Builtins a @triton.jit body may call (triton's CodeGenerator.builtin_namespace, plus harmless ones): on a
+# GPU anything else fails to compile, so under the interpreter it would run code the GPU never runs.
+KERNEL_BUILTINS = frozenset({"len", "list", "range", "float", "int", "isinstance", "getattr", "hasattr", "print",
+                             "min", "max", "abs", "bool", "tuple", "zip", "enumerate"})
+# Functions that evaluate a string as code (string annotations, forward references).
+EVAL_NAMES = frozenset({"typing.get_type_hints", "typing.ForwardRef", "typing_extensions.get_type_hints",
+                        "typing_extensions.ForwardRef", "typing.get_overloads", "functools.singledispatch",
+                        "functools.singledispatchmethod", "typing.evaluate_forward_ref",
+                        "typing_extensions.evaluate_forward_ref", "typing_extensions.get_annotations"})
+EVAL_ATTRS = frozenset({"get_type_hints", "ForwardRef", "get_annotations", "_eval_type", "evaluate_forward_ref",
+                        "singledispatch", "singledispatchmethod", "_evaluate"})
+# Modules a submission may name; used as a value (in a list, as an argument) any of them is rejected.
+KNOWN_MODULES = frozenset({
+    "torch", "torch.nn", "torch.nn.functional", "torch.functional", "torch.cuda", "torch.ops", "torch.utils",
+    "torch.backends", "torch.autograd", "torch.library", "torch.linalg", "torch.special", "torch.fft",
+    "torch.random", "torch.testing", "torch.types", "torch.jit", "torch.fx", "torch.overrides", "triton",
+    "triton.language", "triton.language.core", "triton.language.math", "triton.language.extra",
+    "triton.language.semantic", "triton.runtime", "triton.runtime.jit", "triton.runtime.autotuner",
+    "triton.compiler", "triton.testing", "triton.backends", "triton.knobs", "math", "typing", "typing_extensions",
+    "functools", "itertools", "dataclasses", "enum", "numbers", "collections", "collections.abc", "abc",
+})
+_BUILTIN_NAMES = frozenset(dir(builtins))
 # Bare names assumed when the module never binds them (an evaluator may pre-import them).
 _DEFAULT_ALIASES = {"torch": "torch", "triton": "triton", "tl": "triton.language", "nn": "torch.nn",
                     "F": "torch.nn.functional"}
@@ -116,16 +209,24 @@ def _op(name: str) -> str:
 
 
 class Analysis:
-    """One pass of facts the checks share: aliases, kernels, node roles, and name resolution."""
+    """One pass of facts the checks share: aliases, kernels, node roles, and name resolution.
+
+    Linear in the node count: resolution and the kernel-name closure are worklists (each binding is
+    retried at most once per name it waits on), and `qual` is memoised once the aliases are final.
+    """
 
     def __init__(self, tree: ast.Module):
         self.tree = tree
         self.nodes = list(ast.walk(tree))
         self.hits: list[tuple[ast.AST, tuple[str, str]]] | None = None  # see _classified
         self.aliases: dict[str, str] = {}
+        # Further things a name is bound to (`a = torch.nn` and `a = torch`): every one is judged.
+        self.alternates: dict[str, set[str]] = {}
+        self._memo: dict[int, str | None] | None = None
         self.called: set[int] = set()  # ids of expressions in call position
         self.inner: set[int] = set()  # ids of Attribute.value nodes (only whole chains are judged)
         self.local_defs = {n.name for n in self.nodes if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+        self.imported_modules: set[str] = set()  # `import x.y [as z]`: x (or x.y) names a module
         for n in self.nodes:
             if isinstance(n, ast.Call):
                 self.called.add(id(n.func))
@@ -134,6 +235,7 @@ class Analysis:
             elif isinstance(n, ast.Import):
                 for a in n.names:
                     self.aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+                    self.imported_modules.add(a.name if a.asname else a.name.split(".")[0])
             elif isinstance(n, ast.ImportFrom) and n.module and not n.level:
                 for a in n.names:
                     if a.name != "*":
@@ -143,19 +245,27 @@ class Analysis:
         for name, qual in _DEFAULT_ALIASES.items():
             if name not in self.aliases and name not in bound:
                 self.aliases[name] = qual
+                self.imported_modules.add(qual)
+        # Right-hand sides bound to a name or self-attribute (a module may be aliased there, nowhere else).
+        self.bound_values = {id(v) for t, v in self._pairs() if _key(t)}
+        self.overbound: dict[str, ast.AST] = {}  # names bound to more distinct things than are tracked
         self._resolve_assignments()
+        self._memo = {}
         self.kernels = {n.name: n for n in self.nodes if isinstance(n, ast.FunctionDef)
                         and any(self.qual(_undecorate(d)) in JIT_NAMES for d in n.decorator_list)}
         self.in_jit: set[int] = {id(m) for k in self.kernels.values() for m in ast.walk(k)}
         self.kernel_names = set(self.kernels)  # plus names and self-attributes bound to a kernel
-        changed = True
-        while changed:
-            changed = False
-            for target, value in self._pairs():
-                name = _tail(target) if _key(target) else None
-                if name and name not in self.kernel_names and _tail(value) in self.kernel_names:
+        edges: dict[str, list[str]] = {}
+        for target, value in self._pairs():
+            name, source = (_tail(target) if _key(target) else None), _tail(value)
+            if name and source:
+                edges.setdefault(source, []).append(name)
+        todo = list(self.kernel_names)
+        while todo:
+            for name in edges.get(todo.pop(), ()):
+                if name not in self.kernel_names:
                     self.kernel_names.add(name)
-                    changed = True
+                    todo.append(name)
 
     def _pairs(self):
         for n in self.nodes:
@@ -169,25 +279,48 @@ class Analysis:
                 yield n.target, n.value
 
     def _resolve_assignments(self) -> None:
-        """Flow-insensitive fixpoint: a name bound to a module member anywhere is treated as that member."""
+        """Flow-insensitive: a name bound to a module member anywhere is treated as that member (each binding)."""
         pairs = [(_key(t), v) for t, v in self._pairs()]
+        # A class attribute (`class M: t = typing`) is read back as self.t / cls.t.
+        for c in self.nodes:
+            if isinstance(c, ast.ClassDef):
+                for stmt in c.body:
+                    for t in stmt.targets if isinstance(stmt, ast.Assign) else \
+                            [stmt.target] if isinstance(stmt, ast.AnnAssign) and stmt.value else []:
+                        if isinstance(t, ast.Name):
+                            pairs += [(f"self.{t.id}", stmt.value), (f"cls.{t.id}", stmt.value)]
         pairs = [(k, v) for k, v in pairs if k]
-        changed = True
-        while changed:
-            changed = False
-            for key, value in pairs:
-                qual = self.qual(value)
-                if qual and key not in self.aliases:
-                    self.aliases[key] = qual
-                    changed = True
+        waiting: dict[str, list[int]] = {}
+        done: set[int] = set()
+        todo = deque(range(len(pairs)))
+        while todo:
+            i = todo.popleft()
+            if i in done:
+                continue
+            key, value = pairs[i]
+            qual = self.qual(value)
+            if qual is None:
+                for dep in _chain_keys(value):
+                    waiting.setdefault(dep, []).append(i)
+                continue
+            done.add(i)
+            if key not in self.aliases:
+                self.aliases[key] = qual
+                todo.extend(waiting.pop(key, ()))
+            elif self.aliases[key] != qual and qual not in self.alternates.setdefault(key, set()):
+                if len(self.alternates[key]) < 16:
+                    self.alternates[key].add(qual)
+                else:
+                    self.overbound.setdefault(key, value)
 
-    def qual(self, node: ast.AST) -> str | None:
-        """The dotted module path an expression names (`T.nn.functional.relu` -> `torch.nn.functional.relu`)."""
+    def _chain(self, node: ast.AST) -> tuple[str, list[str]] | None:
+        """(alias key, attribute names after it) for an expression rooted at a bound name, else None."""
         parts: list[str] = []
         while True:
             key = _key(node)
             if key and key in self.aliases:
-                return ".".join([self.aliases[key], *reversed(parts)])
+                parts.reverse()
+                return key, parts
             if isinstance(node, ast.Attribute):
                 parts.append(node.attr)
                 node = node.value
@@ -196,6 +329,54 @@ class Analysis:
                 node = node.args[0]
             else:
                 return None
+
+    def qual(self, node: ast.AST) -> str | None:
+        """The dotted module path an expression names (`T.nn.functional.relu` -> `torch.nn.functional.relu`)."""
+        memo = self._memo
+        if memo is None:  # still resolving: aliases may grow
+            chain = self._chain(node)
+            return None if chain is None else ".".join([self.aliases[chain[0]], *chain[1]])
+        path: list[tuple[ast.AST, str]] = []
+        while id(node) not in memo:  # down to a memoised node or the chain's base, then fill in upwards
+            key = _key(node)
+            if key and key in self.aliases:
+                memo[id(node)] = self.aliases[key]
+            elif isinstance(node, ast.Attribute):
+                path.append((node, node.attr))
+                node = node.value
+            elif _literal_getattr(node):
+                path.append((node, node.args[1].value))
+                node = node.args[0]
+            else:
+                memo[id(node)] = None
+        base = memo[id(node)]
+        for outer, attr in reversed(path):
+            base = None if base is None else f"{base}.{attr}"
+            memo[id(outer)] = base
+        return base
+
+    def quals(self, node: ast.AST) -> list[str]:
+        """Every dotted path an expression may name: `qual`, and the same chain through each other binding."""
+        chain = self._chain(node)
+        if chain is None:
+            return []
+        key, parts = chain
+        return [".".join([base, *parts]) for base in [self.aliases[key], *sorted(self.alternates.get(key, ()))]]
+
+
+def _chain_keys(node: ast.AST) -> list[str]:
+    """The names an expression's resolution waits on (`self.f.g` -> `self.f`, `self`)."""
+    keys = []
+    while True:
+        key = _key(node)
+        if key:
+            keys.append(key)
+        if isinstance(node, ast.Attribute):
+            node = node.value
+        elif _literal_getattr(node):
+            node = node.args[0]
+        else:
+            return keys
 
 
 def _key(node: ast.AST) -> str | None:
@@ -247,6 +428,63 @@ def classify(qual: str) -> tuple[str, str] | None:
     return None
 
 
+def reach(qual: str) -> list[tuple[str, str]]:
+    """(check name, reason) for each escape a dotted name makes: a module off the allow-list reached through
+    an allowed one, a torch/triton internal, an interpreter probe, a per-process draw, a string evaluator."""
+    hits: list[tuple[str, str]] = []
+    parts = qual.split(".")
+    prefixes = [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    for prefix, seg in zip(prefixes[1:], parts[1:], strict=True):
+        if seg not in ALLOWED_IMPORT_ROOTS and (seg in REEXPORTED_MODULES or seg in _MODULE_REASONS):
+            why = _MODULE_REASONS.get(seg, "is off the import allow-list")
+            hits.append(("no_forbidden_modules", f"{prefix} reaches the module `{seg}` through an allowed module "
+                                                 f"({seg} {why}); use only torch, triton and math members"))
+            break
+    if parts[0] in ALLOWED_IMPORT_ROOTS:  # torch._C, torch._ops, triton._C, typing._eval_type, ...
+        for prefix, seg in zip(prefixes[1:], parts[1:], strict=True):
+            if prefix in INTERNAL_NAMES or seg.startswith("_") and not _is_dunder(seg):
+                hits.append(("no_torch_internals", f"{prefix} is a private internal (dispatch keys, raw "
+                                                   f"operators, hooks, evaluators); a kernel needs none of it"))
+                break
+    for prefix, seg in zip(prefixes, parts, strict=True):
+        if prefix in INTERPRETER_NAMES or seg in INTERPRETER_ATTRS:
+            hint = " (for the SM count use torch.cuda.get_device_properties(x.device).multi_processor_count)" \
+                if prefix.startswith("triton.runtime.driver") else ""
+            hits.append(("no_interpreter_detection", f"{prefix}: {_INTERPRETER_WHY}{hint}"))
+            break
+    if not qual.startswith("triton.language") and (
+            parts[0] in NONDETERMINISM_ROOTS or any(seg in NONDETERMINISM_ATTRS for seg in parts[1:])):
+        hits.append(("no_nondeterminism", f"{qual} is a per-process draw (randomness, clocks, ids, threads); "
+                                          f"{_NONDETERMINISM_WHY}"))
+    for prefix in prefixes:
+        if prefix in EVAL_NAMES:
+            hits.append(("no_dangerous_builtins", f"{prefix} evaluates strings as code"))
+    return hits
+
+
+_INTERPRETER_WHY = ("code that behaves differently under the interpreter cannot be judged honestly; "
+                    "do not read the environment, triton.knobs or triton's runtime internals")
+_NONDETERMINISM_WHY = "a verdict must not depend on a per-process draw; make the kernel deterministic"
+
+
+def _attribute_hits(a: Analysis, n: ast.AST, name: str) -> list[tuple[str, str]]:
+    """Escapes named by one attribute (or literal getattr name) on any object, resolved or not."""
+    hits = []
+    if name in ESCAPE_MODULE_ATTRS:
+        hits.append(("no_forbidden_modules", f"`{ast.unparse(n)}` reaches a module named `{name}` that the import "
+                                             f"allow-list refuses; use only torch, triton and math members"))
+    if name in INTERNAL_ATTRS:
+        hits.append(("no_torch_internals", f"`.{name}` reaches PyTorch/Triton internals (dispatch keys, raw "
+                                           f"operators, hooks); a kernel needs none of it"))
+    if name in INTERPRETER_ATTRS:
+        hits.append(("no_interpreter_detection", f"`.{name}`: {_INTERPRETER_WHY}"))
+    if name in EVAL_ATTRS:
+        hits.append(("no_dangerous_builtins", f"`.{name}` evaluates strings as code"))
+    if name in NONDETERMINISM_ATTRS and not (a.qual(n) or "").startswith("triton.language"):
+        hits.append(("no_nondeterminism", f"`.{name}` is a per-process draw; {_NONDETERMINISM_WHY}"))
+    return hits
+
+
 class _Findings:
     def __init__(self):
         self.items: list[tuple[int, str]] = []
@@ -264,7 +502,8 @@ class _Findings:
 
 
 def _classified(a: Analysis, check_name: str) -> _Findings:
-    """Every import, whole name chain or literal getattr that `classify` assigns to `check_name`."""
+    """Every import, whole name chain, literal getattr or attribute name that `classify` or `reach`
+    assigns to `check_name` (a name bound to several things is judged through each of them)."""
     if a.hits is None:  # computed once per tree, shared by the checks
         a.hits = []
         for n in a.nodes:
@@ -274,13 +513,17 @@ def _classified(a: Analysis, check_name: str) -> _Findings:
             elif isinstance(n, ast.ImportFrom) and n.module and not n.level:
                 quals = [f"{n.module}.{al.name}" for al in n.names if al.name != "*"]
             elif isinstance(n, ast.Name | ast.Attribute) and id(n) not in a.inner or _literal_getattr(n):
-                q = a.qual(n)
-                quals = [q] if q else []
-            a.hits += [(n, hit) for hit in map(classify, quals) if hit]
+                quals = a.quals(n)
+            for q in quals:
+                hit = classify(q)
+                a.hits += [(n, hit)] if hit else []
+                a.hits += [(n, h) for h in reach(q)]
+            if isinstance(n, ast.Attribute):
+                a.hits += [(n, h) for h in _attribute_hits(a, n, n.attr)]
+            elif _literal_getattr(n):
+                a.hits += [(n, h) for h in _attribute_hits(a, n, n.args[1].value)]
     found = _Findings()
     for n, (name, why) in a.hits:
         if name == check_name:
             found.add(n, why)
     return found
-
-

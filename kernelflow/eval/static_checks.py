@@ -12,6 +12,18 @@ are judged by every prefix, so `torch.nn.functional.relu.__call__` and `torch.op
 caught like `torch.relu`. Imports follow an allow-list; torch calls follow an allow-list
 (allocation, shape and device queries); tensor methods follow a deny-list of compute names.
 
+Every name chain is also judged for what it *reaches*, whatever it is called: a module off the
+import allow-list held as an attribute of an allowed one (`typing.sys`, `torch.nn.functional.np`,
+`tl.core.builtins`: a table of the re-exports in torch/triton/stdlib, plus the rule that an attribute
+named like a forbidden module is refused on any object), a private member of an allowed module or a
+raw registry (`torch._ops`, `torch.ops`, `torch.library`), an interpreter probe (`triton.knobs`,
+`os.environ`, kernel-object introspection), a per-process draw (`hash`, `id`, `random`, clocks,
+`object()` addresses), or a string evaluator (`typing.get_type_hints`). A module used as a value (in
+a container, as an argument) is refused, since no chain through it can be resolved; a name bound to
+several things is judged through each binding. `bounded_source` runs first: over 200 kB, 50,000
+nodes or depth 100 nothing else runs (static_rejected), and the parser's RecursionError/MemoryError
+never leave `pysource.parse` as anything but a SyntaxError. The analysis is linear in the node count.
+
 Under the Triton interpreter a @triton.jit body is plain Python executed during the launch, so
 `pure_triton_kernels` also keeps kernel bodies from reading mutable module state or calling PyTorch
 tensor methods (on a GPU, Triton's compiler refuses both anyway).
@@ -19,7 +31,9 @@ tensor methods (on a GPU, Triton's compiler refuses both anyway).
 What it does not do: it cannot see types, so arithmetic operators on tensors (`x * (x > 0)`),
 builtins applied to tensors (`abs(x)`, `sum(x)`) and caching keyed on `data_ptr()` pass here; the
 worker's dispatch allow-list, launch counter and the judge's fresh-input checks catch those at run
-time. Code under `if __name__ == "__main__":` is checked like the rest (test harnesses that call
+time. Per-process draws it cannot name (set iteration order of strings, `data_ptr()`, function reprs)
+and branches on `x.device.type` pass here too: judging again in a fresh process is the defence.
+Code under `if __name__ == "__main__":` is checked like the rest (test harnesses that call
 torch ops are rejected; the prompt asks for no testing code). Static checks narrow the attack
 surface; they are not the sandbox.
 """
@@ -30,23 +44,32 @@ import ast
 from collections.abc import Callable
 
 from kernelflow.eval.static_analysis import (  # the tables and the name resolution the checks read
+    _BUILTIN_NAMES,
+    _INTERPRETER_WHY,
     _KERNEL_HINT,
     _MODULE_REASONS,
+    _NONDETERMINISM_WHY,
     ALLOWED_IMPORT_ROOTS,
     COMPUTE_OPS,
     DANGEROUS_BUILTINS,
     DUNDER_ATTRS_ALLOWED,
     DUNDER_DEFS_ALLOWED,
     ESCAPE_DUNDERS,
+    INTERPRETER_STRINGS,
+    KERNEL_BUILTINS,
+    KNOWN_MODULES,
+    NONDETERMINISM_BUILTINS,
     STREAM_ATTRS,
     SUBCLASS_ATTRS,
     TIMER_ATTRS,
     TORCH_CALLS_ALLOWED,
     TORCH_ONLY_METHODS,
+    WITH_ALLOWED,
     Analysis,
     _classified,
     _Findings,
     _is_dunder,
+    _key,
     _literal_getattr,
     _op,
     _prefixes,
@@ -57,6 +80,27 @@ from kernelflow.eval.verdict import Check
 from kernelflow.tasks import pysource
 
 # ---- the checks ------------------------------------------------------------------------------
+
+
+MAX_AST_NODES = 50_000  # the suite's largest honest solution has ~3,000
+MAX_AST_DEPTH = 100  # its deepest nests 16; every recursive helper below stays far from Python's limit
+_BOUNDS_HINT = "no Triton kernel needs that; write plain, shallow code"
+
+
+def check_bounded_source(tree: ast.Module, source: str) -> Check:
+    # Rationale: a million-term expression or deep nesting blows the analysis' recursion or makes it slow.
+    stack, nodes, deepest = [(tree, 1, 1)], 0, 0
+    while stack:  # iterative: the tree may be as deep as the parser allowed
+        node, depth, line = stack.pop()
+        line = getattr(node, "lineno", line)
+        nodes += 1
+        deepest = max(deepest, depth)
+        if nodes > MAX_AST_NODES or deepest > MAX_AST_DEPTH:
+            what = f"more than {MAX_AST_NODES:,} syntax nodes" if nodes > MAX_AST_NODES else \
+                f"expressions nested more than {MAX_AST_DEPTH} deep"
+            return Check(False, f"line {line}: the source has {what}; {_BOUNDS_HINT}")
+        stack.extend((child, depth + 1, line) for child in ast.iter_child_nodes(node))
+    return Check(True, f"{nodes} nodes, depth {deepest}")
 
 
 def check_defines_model_new(tree: ast.Module, source: str) -> Check:
@@ -184,14 +228,18 @@ def check_no_torch_layers(tree: ast.Module, source: str) -> Check:
 
 def check_no_try_except(tree: ast.Module, source: str) -> Check:
     # Rationale: try/except (or contextlib.suppress, a swallowing __exit__) hides a failing kernel behind a fallback.
+    a = _analysis(tree)
     found = _Findings()
-    for n in ast.walk(tree):
+    for n in a.nodes:
         if isinstance(n, ast.Try | ast.TryStar):
             found.add(n, "try/except is not allowed (no fallbacks); let errors surface")
         elif isinstance(n, ast.With | ast.AsyncWith):
-            for item in n.items:
-                if "suppress" in ast.unparse(item.context_expr) or "ExitStack" in ast.unparse(item.context_expr):
-                    found.add(n, f"`with {ast.unparse(item.context_expr)}` swallows exceptions")
+            for item in n.items:  # an allow-list: `suppress` renamed or reached through a module is still suppress
+                expr = item.context_expr
+                quals = a.quals(expr.func if isinstance(expr, ast.Call) else expr)
+                if len(quals) != 1 or quals[0] not in WITH_ALLOWED:  # a rebound name is judged by every binding
+                    found.add(n, f"`with {ast.unparse(expr)}` may swallow exceptions; the only context managers "
+                                 f"allowed are {', '.join(sorted(WITH_ALLOWED))}")
         elif isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name in ("__exit__", "__aexit__"):
             found.add(n, f"defining {n.name} lets a context manager swallow exceptions")
     return found.check()
@@ -218,10 +266,13 @@ def check_no_forbidden_imports(tree: ast.Module, source: str) -> Check:
 
 
 def check_no_dangerous_builtins(tree: ast.Module, source: str) -> Check:
-    # Rationale: open/exec/eval/__import__/globals/setattr and computed getattr reach files or hide what runs.
+    # Rationale: open/exec/eval/__import__/globals/setattr, computed getattr/hasattr, get_type_hints hide what runs.
     a = _analysis(tree)
-    found = _Findings()
+    found = _classified(a, "no_dangerous_builtins")  # string evaluators: typing.get_type_hints, ForwardRef
     for n in a.nodes:
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "hasattr" \
+                and n.func.id not in a.aliases and not (len(n.args) >= 2 and isinstance(n.args[1], ast.Constant)):
+            found.add(n, "hasattr with a computed attribute name probes what it cannot name; use the attribute directly")
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in a.aliases:
             if n.id in DANGEROUS_BUILTINS:
                 found.add(n, f"{n.id} is not allowed in a submission")
@@ -243,6 +294,10 @@ def check_no_escape_dunders(tree: ast.Module, source: str) -> Check:
             found.add(n, f"attribute {attr} is {kind}")
         elif isinstance(n, ast.Name) and n.id in ESCAPE_DUNDERS | {"__builtins__", "__loader__", "__spec__"}:
             found.add(n, f"name {n.id} is an interpreter escape")
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and "__" in n.value \
+                and any(d in n.value for d in ESCAPE_DUNDERS | {"__builtins__", "__import__"}):
+            found.add(n, "a string naming an interpreter escape (format fields like '{0.__class__}' walk "
+                         "attributes, getattr reaches them); leave dunders alone")
         elif isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and _is_dunder(n.name) \
                 and n.name not in DUNDER_DEFS_ALLOWED and n.name not in ("__exit__", "__aexit__"):
             found.add(n, f"defining {n.name} changes how Python or PyTorch treats your objects")
@@ -312,7 +367,76 @@ def check_no_torch_compile(tree: ast.Module, source: str) -> Check:
     return _classified(_analysis(tree), "no_torch_compile").check()
 
 
+def check_no_forbidden_modules(tree: ast.Module, source: str) -> Check:
+    # Rationale: modules reached as attributes of allowed ones (triton.runtime.jit.os, torch.functional.np) dodge imports.
+    a = _analysis(tree)
+    found = _classified(a, "no_forbidden_modules")
+    getattr_objects = {id(n.args[0]) for n in a.nodes if _literal_getattr(n)}
+    for n in a.nodes:  # a module passed around as a value hides which of its attributes is reached
+        if isinstance(n, ast.Name | ast.Attribute) and isinstance(n.ctx, ast.Load) and id(n) not in a.inner \
+                and id(n) not in a.called and id(n) not in a.bound_values and id(n) not in getattr_objects:
+            q = a.qual(n)
+            if q in a.imported_modules or q in KNOWN_MODULES:
+                found.add(n, f"the module {q} is used as a value (in a container, an argument or a return); "
+                             f"use a module only as `{_tail(n)}.member` or bind it to a name")
+    for key, value in sorted(a.overbound.items()):
+        found.add(value, f"`{key}` is bound to more than 16 different modules or members; bind each name once")
+    return found.check()
+
+
+def check_no_torch_internals(tree: ast.Module, source: str) -> Check:
+    # Rationale: torch._C (_DisableTorchDispatch, _unset_dispatch_mode), torch.ops.aten, torch.library slip past dispatch checks.
+    return _classified(_analysis(tree), "no_torch_internals").check()
+
+
+def check_no_interpreter_detection(tree: ast.Module, source: str) -> Check:
+    # Rationale: helpers that read TRITON_INTERPRET, os.environ or triton.knobs can cheat only where judged (or only where not).
+    a = _analysis(tree)
+    found = _classified(a, "no_interpreter_detection")
+    for n in a.nodes:
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) \
+                and any(s.lower() in n.value.lower() for s in INTERPRETER_STRINGS):
+            found.add(n, f"a string naming the Triton interpreter: {_INTERPRETER_WHY}")
+    # A kernel object differs under the interpreter (InterpretedFunction): only launch it, never inspect it.
+    uses = {id(n.value) for n in a.nodes if isinstance(n, ast.Subscript)}
+    uses |= {id(n.value) for n in a.nodes if isinstance(n, ast.Attribute) and n.attr == "run"}
+    uses |= a.called | a.bound_values
+    for n in a.nodes:
+        if _key(n) and isinstance(n.ctx, ast.Load) and _tail(n) in a.kernel_names and id(n) not in uses \
+                and not (isinstance(n, ast.Name) and n.id in ("self", "cls")):
+            found.add(n, f"kernel `{_tail(n)}` is used as a value (type(), str(), attributes, an argument); "
+                         f"launch it only as `{_tail(n)}[grid](...)`: {_INTERPRETER_WHY}")
+    # Under the interpreter a kernel body is Python: calls that the GPU compiler refuses run only there.
+    own_functions = (a.local_defs | {n.name for n in a.nodes if isinstance(n, ast.ClassDef)}) - a.kernel_names
+    for kernel in a.kernels.values():
+        local = {x.arg for x in ast.walk(kernel.args) if isinstance(x, ast.arg)}
+        local |= {x.id for x in ast.walk(kernel) if isinstance(x, ast.Name) and isinstance(x.ctx, ast.Store)}
+        for n in ast.walk(kernel):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id not in local \
+                    and n.func.id not in a.kernel_names and n.func.id not in a.aliases \
+                    and (n.func.id in own_functions or n.func.id in _BUILTIN_NAMES
+                         and n.func.id not in KERNEL_BUILTINS):
+                found.add(n, f"kernel {kernel.name} calls {n.func.id}(), which the GPU compiler refuses; it runs "
+                             f"only under the interpreter: {_INTERPRETER_WHY}")
+    return found.check()
+
+
+def check_no_nondeterminism(tree: ast.Module, source: str) -> Check:
+    # Rationale: random/secrets/uuid/time, os.urandom/getpid, id() and hash() draws could make a lucky verdict get cached.
+    a = _analysis(tree)
+    found = _classified(a, "no_nondeterminism")
+    for n in a.nodes:
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in NONDETERMINISM_BUILTINS \
+                and n.id not in a.aliases and n.id not in a.local_defs:
+            found.add(n, f"{n.id}() differs from process to process; {_NONDETERMINISM_WHY}")
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "object" and not n.args \
+                and "object" not in a.aliases:
+            found.add(n, f"object() has a per-process address (its repr and id); {_NONDETERMINISM_WHY}")
+    return found.check()
+
+
 STATIC_CHECKS: list[tuple[str, Callable[[ast.Module, str], Check]]] = [
+    ("bounded_source", check_bounded_source),  # first: the others assume a tree of bounded depth and size
     ("defines_model_new", check_defines_model_new),
     ("has_triton_kernel", check_has_triton_kernel),
     ("launches_kernel", check_launches_kernel),
@@ -329,6 +453,10 @@ STATIC_CHECKS: list[tuple[str, Callable[[ast.Module, str], Check]]] = [
     ("no_forbidden_imports", check_no_forbidden_imports),
     ("no_dangerous_builtins", check_no_dangerous_builtins),
     ("no_escape_dunders", check_no_escape_dunders),
+    ("no_forbidden_modules", check_no_forbidden_modules),
+    ("no_torch_internals", check_no_torch_internals),
+    ("no_interpreter_detection", check_no_interpreter_detection),
+    ("no_nondeterminism", check_no_nondeterminism),
 ]
 
 def _analysis(tree: ast.Module) -> Analysis:
@@ -343,15 +471,17 @@ def _analysis(tree: ast.Module) -> Analysis:
 def run_static_checks(source: str) -> dict[str, Check]:
     """Every static check on `source`, in `STATIC_CHECKS` order, after `parses` (see the module docstring).
 
-    A check that raises fails closed: the submission is rejected with the analysis error, never run.
+    A source too large or too deep to judge fails `bounded_source` (static_rejected) and nothing else
+    runs; a genuine SyntaxError fails `parses` (compile_error). A check that raises fails closed: the
+    submission is rejected with the analysis error, never run. Nothing a submission holds escapes here.
     """
     try:
         tree = pysource.parse(source)
+    except pysource.SourceTooComplex as exc:
+        return {"bounded_source": Check(False, f"{exc.msg}; {_BOUNDS_HINT}")}
     except SyntaxError as exc:
         where = f"line {exc.lineno}, column {exc.offset}: " if exc.lineno else ""
         return {"parses": Check(False, f"{where}SyntaxError: {exc.msg}")}
-    except (ValueError, RecursionError, MemoryError) as exc:
-        return {"parses": Check(False, f"the source cannot be parsed: {type(exc).__name__}: {exc}")}
     checks = {"parses": Check(True)}
     for name, fn in STATIC_CHECKS:
         try:
@@ -360,6 +490,8 @@ def run_static_checks(source: str) -> dict[str, Check]:
             checks[name] = Check(False, "the code is nested too deeply to analyse; simplify it")
         except Exception as exc:  # noqa: BLE001 - a bug in a check must not let code through unchecked
             checks[name] = Check(False, f"static check could not analyse the code: {type(exc).__name__}: {exc}")
+        if name == "bounded_source" and not checks[name].passed:
+            break  # the other checks are linear, but only on a tree of bounded depth and size
     return checks
 
 

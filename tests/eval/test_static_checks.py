@@ -306,6 +306,71 @@ HACKS = [
     ("dunder_getattr_literal", variant(tail="c = getattr(x, '__class__')\nreturn out\n"), "no_escape_dunders"),
     ("dunder_mul", variant(tail="return x.__mul__(x > 0)\n"), "no_escape_dunders"),
     ("dunder_getattribute", variant(tail="return object.__getattribute__(x, 'relu')()\n"), "no_escape_dunders"),
+    ("dunder_in_format_string", variant(tail="s = '{0.__class__.__mro__}'.format(x)\nreturn out\n"),
+     "no_escape_dunders"),
+    # no_try_except: the with allow-list sees through renames
+    ("suppress_renamed_through_module", variant(
+        header="quiet = torch.serialization.contextlib.suppress\n",
+        tail="with quiet(Exception):\n    return out\nreturn x\n"), "no_try_except"),
+    ("with_unknown_manager", variant(tail="with [x][0]:\n    pass\nreturn out\n"), "no_try_except"),
+    # no_dangerous_builtins: strings evaluated as code, computed hasattr
+    ("get_type_hints_eval", variant(header="import typing\n",
+                                    module="def f(a: \"print('x')\"):\n    pass\nH = typing.get_type_hints(f)\n"),
+     "no_dangerous_builtins"),
+    ("hasattr_computed", variant(tail="h = hasattr(out, 're' + 'lu')\nreturn out\n"), "no_dangerous_builtins"),
+    # bounded_source: too deep or too big to judge (static_rejected, never an exception)
+    ("deep_binop_chain", variant(tail="y = " + "+".join(["x"] * 150) + "\nreturn out\n"), "bounded_source"),
+    ("million_term_expression", "y = " + "+".join(["1"] * 99_000) + "\n", "bounded_source"),
+    ("deep_unary", variant(tail="y = " + "-" * 20_000 + "x\nreturn out\n"), "bounded_source"),
+    ("too_many_nodes", variant(module="T = [" + "0," * 60_000 + "]\n"), "bounded_source"),
+    ("oversize_source", variant(module="#" * 200_001 + "\n"), "bounded_source"),
+    # no_forbidden_modules: a module off the allow-list reached as an attribute of an allowed one
+    *[(f"module_attr_{i}", variant(tail=f"m = {chain}\nreturn out\n", header=header), "no_forbidden_modules")
+      for i, (chain, header) in enumerate((
+          ("triton.runtime.jit.os", ""), ("torch.functional.np", ""), ("tl.core.builtins", ""),
+          ("torch.sys", ""), ("typing.sys", "import typing\n"), ("functools.sys", "import functools\n"),
+          ("getattr(torch.functional, 'np')", ""), ("[torch][0].functional.np", ""), ("x.os", "")))],
+    ("module_attr_from_import", variant(header="from torch.functional import np\n"), "no_forbidden_modules"),
+    ("module_attr_alias_chain", variant(header="a = torch\nb = a.functional\nc = b.np\n"), "no_forbidden_modules"),
+    ("module_as_value", variant(tail="m = [torch][0]\nreturn out\n"), "no_forbidden_modules"),
+    ("module_in_starred_target", variant(header="import typing\na, *b = torch, typing\n"), "no_forbidden_modules"),
+    ("module_in_subscript_target", variant(header="import typing\nD = {}\nD['t'] = typing\n"), "no_forbidden_modules"),
+    ("module_as_default_argument", variant(module="def f(t=torch):\n    return t\n"), "no_forbidden_modules"),
+    ("name_bound_too_often", variant(header="".join(f"a = torch.x{i}\n" for i in range(20)) + "a = torch\n"),
+     "no_forbidden_modules"),
+    ("eval_through_class_attribute", variant(header="import typing\n", module=(
+        "class H:\n    t = typing\n\n    def g(self, f):\n        return self.t.get_type_hints(f)\n")),
+     "no_dangerous_builtins"),
+    ("typing_private_evaluator", variant(header="import typing\nE = typing._eval_type\n"), "no_torch_internals"),
+    ("module_returned", variant(module="def mod():\n    return triton\n"), "no_forbidden_modules"),
+    # no_torch_internals
+    *[(f"internal_{i}", variant(tail=f"h = {chain}\nreturn out\n"), "no_torch_internals") for i, chain in enumerate((
+        "torch._C._DisableTorchDispatch()", "torch._C._unset_dispatch_mode(0)", "torch._dynamo", "torch._inductor",
+        "torch._ops.ops", "torch.utils._python_dispatch", "torch.library.impl", "torch.ops.aten.relu",
+        "getattr(torch, '_C')", "triton._C", "out._C", "[torch][0].ops.aten"))],
+    ("internal_import", variant(header="import torch._C as C\n"), "no_torch_internals"),
+    ("internal_rebound_name", variant(header="a = torch.nn\na = torch.ops\n", tail="f = a.relu\nreturn out\n"),
+     "no_torch_internals"),
+    # no_interpreter_detection
+    *[(f"interpreter_{i}", variant(tail=f"{code}\nreturn out\n"), "no_interpreter_detection")
+      for i, code in enumerate((
+          "flag = triton.runtime.jit.os.environ.get('X')", "k = triton.knobs.runtime.interpret",
+          "m = triton.runtime.interpreter", "s = 'TRITON_INTERPRET'",
+          "n = type(relu_kernel).__name__", "r = str(relu_kernel)", "c = relu_kernel.cache",
+          "from triton.runtime.interpreter import interpreter_builder", "d = triton.runtime.driver.active"))],
+    ("interpreter_only_helper_in_kernel", variant(module="def helper(v):\n    return v\n").replace(
+        "tl.maximum(x, 0.0)", "helper(tl.maximum(x, 0.0))"), "no_interpreter_detection"),
+    ("interpreter_builtin_in_kernel", HONEST_RELU.replace("tl.maximum(x, 0.0)", "tl.maximum(x, 0.0 * id(x))"),
+     "no_interpreter_detection"),
+    # no_nondeterminism
+    *[(f"nondeterminism_{i}", variant(tail=f"{code}\nreturn out\n", header=header), "no_nondeterminism")
+      for i, (code, header) in enumerate((
+          ("k = id(x) % 2", ""), ("k = hash('softmax') % 2", ""), ("h = hash", ""),
+          ("r = random.random()", "import random\n"), ("t = secrets.token_hex(4)", "import secrets\n"),
+          ("u = uuid.uuid4()", "import uuid\n"), ("t = time.time()", "import time\n"),
+          ("p = triton.runtime.jit.os.getpid()", ""), ("b = triton.runtime.jit.os.urandom(1)", ""),
+          ("s = torch.initial_seed()", ""), ("out.uniform_()", ""), ("r = torch.random", ""),
+          ("t = threading.get_ident()", "import threading\n"), ("c = str(object())", "")))],
 ]
 
 
@@ -316,7 +381,8 @@ def test_hack_fails_its_check(source, check):
     result = checks[check]
     assert not result.passed, f"{check} passed on:\n{source}"
     assert result.why
-    if check not in ("defines_model_new", "has_triton_kernel", "launches_kernel") and "\x00" not in source:
+    if check not in ("defines_model_new", "has_triton_kernel", "launches_kernel") and "\x00" not in source \
+            and not (check == "bounded_source" and list(checks) == ["bounded_source"]):  # refused before parsing
         assert "line " in result.why, result.why  # the model is told where
     assert first_failure(checks) is not None
 
@@ -353,3 +419,86 @@ def test_deeply_nested_source_fails_closed():
     source = variant(tail="y = " + "(" * 400 + "x" + ")" * 400 + "\nreturn out\n")
     checks = run_static_checks(source)
     assert first_failure(checks) is None or not first_failure(checks)[1].passed  # never raises
+
+
+def _honest_sources() -> dict[str, str]:
+    """Every honest solution the project ships: the suite's solutions, the prompt's example, the SFT corpus."""
+    import random
+    from pathlib import Path
+
+    from kernelflow.tasks import extract_code
+    from kernelflow.tasks.prompts import EXAMPLE_SOLUTION
+    from kernelflow.train.corpus import answer, corpus_tasks
+
+    root = Path(__file__).resolve().parents[1] / "fixtures" / "solutions"
+    sources = {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*.py"))}
+    sources["prompts.EXAMPLE_SOLUTION"] = EXAMPLE_SOLUTION
+    rng = random.Random(0)
+    for task_id in corpus_tasks():
+        for i in range(3):
+            sources[f"corpus:{task_id}:{i}"] = extract_code(answer(task_id, rng)[0])
+    return sources
+
+
+def test_every_honest_solution_passes_every_check():
+    sources = _honest_sources()
+    assert len(sources) >= 30
+    failed = {name: [(n, c.why) for n, c in run_static_checks(src).items() if not c.passed]
+              for name, src in sources.items()}
+    assert not {k: v for k, v in failed.items() if v}
+
+
+def test_a_200kB_pathological_source_is_analysed_and_rejected():
+    # 200 kB of shallow, valid code at the node limit's edge: analysed (not refused unparsed), then rejected.
+    lines = [f"a{i} = a{i + 1}" for i in range(13_500)] + ["a13500 = torch"]
+    source = variant(module="\n".join(lines) + "\nACT = a0.relu\n")
+    assert 150_000 < len(source) <= 200_000
+    checks = run_static_checks(source)
+    assert checks["parses"].passed
+    assert first_failure(checks)[0] == "bounded_source" and "syntax nodes" in checks["bounded_source"].why
+
+
+def test_a_backwards_alias_chain_resolves_in_one_pass():
+    # `a0 = a1; a1 = a2; ...; aN = torch`: the worklist resolves it (the old fixpoint needed N passes).
+    lines = [f"a{i} = a{i + 1}" for i in range(3_000)] + ["a3000 = torch"]
+    checks = run_static_checks(variant(module="\n".join(lines) + "\n", tail="return a0.relu(x)\n"))
+    assert first_failure(checks) is not None and not checks["no_torch_compute"].passed
+    assert "torch.relu" in checks["no_torch_compute"].why
+
+
+@pytest.mark.parametrize("depth", [150, 1_000, 3_000, 100_000])
+def test_deep_nesting_is_rejected_cleanly(depth):
+    for source in (variant(tail="y = " + "+".join(["x"] * depth) + "\nreturn out\n"),
+                   variant(tail="y = " + "-" * depth + "x\nreturn out\n"),
+                   variant(tail="y = x" + ".real" * depth + "\nreturn out\n"),
+                   variant(tail="y = " + "lambda: " * depth + "x\nreturn out\n")):
+        checks = run_static_checks(source)
+        name, check = first_failure(checks)
+        assert name == "bounded_source" and not check.passed, (name, check)
+
+
+def test_pathological_unfenced_answer_does_not_crash_the_code_extractor():
+    from kernelflow.tasks import extract_code, pysource
+
+    for text in ("+".join(["1"] * 100_000), "-" * 100_000 + "1", "x = 1\x00", "#" * 300_000 + "\nclass A: pass"):
+        assert extract_code(text) is None  # no_code, never an exception out of the judge
+        with pytest.raises(SyntaxError):
+            pysource.parse(text)
+
+
+def test_rebinding_a_name_is_judged_through_every_binding():
+    checks = run_static_checks(variant(header="a = torch.nn\na = torch\n", tail="return [a.relu][0](x)\n"))
+    assert not checks["no_torch_compute"].passed
+
+
+@pytest.mark.parametrize("header", ["from contextlib import suppress as s\n", "s = typing.contextlib.suppress\n"])
+def test_renamed_suppress_is_refused_as_a_context_manager(header):
+    checks = run_static_checks(variant(header="import typing\n" + header,
+                                       tail="with s(Exception):\n    return out\nreturn x\n"))
+    assert not checks["no_try_except"].passed
+
+
+def test_allowed_context_managers_and_main_guard_pass():
+    source = variant(tail="with torch.no_grad(), torch.cuda.device(x.device):\n    pass\nreturn out\n",
+                     module='\n\nif __name__ == "__main__":\n    print(ModelNew.__name__)\n')
+    assert first_failure(run_static_checks(source)) is None
