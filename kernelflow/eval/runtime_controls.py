@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 # Aten ops a forward may run: allocation, fills, views and shape queries. Anything else is PyTorch
 # doing the task's work (the kernel must do it).
@@ -180,6 +181,14 @@ def identity_snapshot(guard_cls: type | None = None) -> dict[str, int]:
     from torch.utils import _python_dispatch
 
     targets = {
+        # Timers no longer decide anything (the judge's clock does), but replacing one is still tampering.
+        "time.perf_counter": time.perf_counter,
+        "time.time": time.time,
+        "torch.cuda.synchronize": torch.cuda.synchronize,
+        "torch.cuda._sleep": torch.cuda._sleep,
+        "torch.cuda.Event": torch.cuda.Event,
+        "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
+        "torch.cuda.Event.synchronize": torch.cuda.Event.synchronize,
         "torch.Tensor.copy_": torch.Tensor.copy_,
         "torch.empty_like": torch.empty_like,
         "torch.cuda.Event.record": torch.cuda.Event.record,
@@ -205,3 +214,44 @@ def os_thread_count() -> int:
         return len(os.listdir("/proc/self/task"))
     except OSError:  # pragma: no cover - no procfs
         return threading.active_count()
+
+
+# torch internals that switch a dispatch mode off or step around it (the class of issue #17's pure-PyTorch
+# ReLU that earned 2.95): the static checks reject the names; if a submission reaches one anyway, the
+# call it makes from its own code during forward is recorded here.
+TRIPWIRES = (
+    ("torch._C", "_DisableTorchDispatch"), ("torch._C", "_unset_dispatch_mode"),
+    ("torch._C", "_ExcludeDispatchKeyGuard"), ("torch._C", "_ForceDispatchKeyGuard"),
+    ("torch._C", "_DisablePythonDispatcher"), ("torch._C", "_DisableTorchFunction"),
+    ("torch._C", "_DisableTorchFunctionSubclass"),
+    ("torch.utils._python_dispatch", "_disable_current_modes"),
+    ("torch.utils._python_dispatch", "_pop_mode_temporarily"),
+)
+
+
+class Tripwires:
+    """Wraps each `TRIPWIRES` entry so a call from the submission's module while `armed` is recorded."""
+
+    def __init__(self, module_name: str):
+        self.module_name = module_name
+        self.armed = False
+        self.tripped: list[str] = []
+
+    def install(self) -> None:
+        import importlib
+        import sys
+
+        for module_path, name in TRIPWIRES:
+            module = importlib.import_module(module_path)
+            original = getattr(module, name, None)
+            if original is None:
+                continue
+            label = f"{module_path}.{name}"
+
+            def wire(*args, _original=original, _label=label, **kwargs):
+                caller = sys._getframe(1).f_globals.get("__name__")
+                if self.armed and caller == self.module_name and len(self.tripped) < 20:
+                    self.tripped.append(f"{_label} (switches the PyTorch-op guard off)")
+                return _original(*args, **kwargs)
+
+            setattr(module, name, wire)

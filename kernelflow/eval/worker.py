@@ -35,7 +35,7 @@ import traceback
 from multiprocessing.connection import Client
 
 from kernelflow.eval import protocol
-from kernelflow.eval.runtime_controls import LaunchCounter, identity_snapshot, make_guard, os_thread_count
+from kernelflow.eval.runtime_controls import LaunchCounter, Tripwires, identity_snapshot, make_guard, os_thread_count
 
 
 class Report(Exception):
@@ -94,6 +94,8 @@ class Worker:
             torch.cuda.set_device(self.device)
             torch.cuda.init()
         self.counter.install(cuda=self.cuda)
+        self.tripwires = Tripwires(self.module_name)
+        self.tripwires.install()
         self.guard_cls = make_guard(self.counter, interpreter=not self.cuda)
         # One launch of our own under the guard, so the one-off costs of a process's first Triton launch
         # under a dispatch mode are not charged to the submission's first call (warm_kernel.py). Its
@@ -184,11 +186,15 @@ class Worker:
             # Nothing of this call may run before the judge's clock starts: the gate opens right after it.
             torch.cuda.current_stream().wait_event(self.gate)
         t0 = time.perf_counter()
+        self.tripwires.tripped.clear()
+        self.tripwires.armed = True
         try:
             with torch.no_grad(), guard:
                 out = self.model(*inputs)
                 canary = guard.check_canary(self.device)
         except BaseException as exc:  # noqa: BLE001 - reported, never raised
+            self.tripwires.armed = False
+            guard.violations.extend(self.tripwires.tripped)
             if self.cuda:
                 self.done.record()  # the judge's clock must be able to stop whatever happened
             kind = "compile_error" if _is_compile_error(exc) and msg.get("first") else "runtime_error"
@@ -198,6 +204,8 @@ class Worker:
             self.send(protocol.CallFailed(kind, text, guard.violations[:20],
                                           "CUDA error" in str(exc) or "illegal" in str(exc).lower()))
             return
+        self.tripwires.armed = False
+        guard.violations.extend(self.tripwires.tripped)
         if self.cuda:
             self.done.record()
         host_ms = (time.perf_counter() - t0) * 1e3
