@@ -67,10 +67,11 @@ class EvalConfig:
     # run beside other verdicts' (so no submission's slow host work keeps the GPU from the others).
     # "exclusive": every call of a verdict under one exclusive hold (the pre-v2 behaviour).
     gpu_lock: str = "shared_checks"
-    # Each call's own wall-clock limit (session/plan.py): the first call compiles, a timed call must be
-    # quick (it holds the GPU alone), every other call gets `call_limit_s`. All also end at `timeout_s`.
-    first_call_limit_s: float = 60.0
-    call_limit_s: float = 30.0
+    # Each CUDA call's own wall-clock limit (session/plan.py), so no submission holds the GPU lock for
+    # long: the first call compiles (shared hold), a timed call holds the GPU alone, every other call
+    # gets `call_limit_s`. All also end at `timeout_s`, the only limit under the interpreter.
+    first_call_limit_s: float = 20.0
+    call_limit_s: float = 10.0
     timed_call_limit_s: float = 5.0
     # Also time torch.compile of the reference (cached per task and shape, like eager) so verdicts carry
     # speedup_vs_compile. Off by default: compiling every task's reference costs tens of seconds once.

@@ -173,7 +173,7 @@ class JudgeSession:
         msg = {"op": "call", "shapes": [list(s) for s in spec.shapes], "dtype": self.task.dtype,
                "out_shape": list(out_shape), "out_dtype": str(out_dtype).removeprefix("torch."),
                "first": index == 0, "slot": None}
-        self._label, self._limit = spec.label, call_limit_s(self.config, index, spec)
+        self._label, self._limit = spec.label, call_limit_s(self.config, index, spec, self.cuda)
         self.link.call_deadline = time.monotonic() + self._limit
         try:
             if not self.cuda:
