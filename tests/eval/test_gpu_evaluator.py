@@ -76,13 +76,63 @@ def test_honest_relu_is_timed_and_rewarded(evaluator):
     assert 0 < v.roofline_fraction <= 1
 
 
-def test_side_stream_work_is_counted(evaluator):
+def test_side_stream_work_cannot_hide_from_the_judges_clock(evaluator):
+    """A kernel on a side stream that forward never joins: the worker's done event does not wait for it,
+    so the judge reads the output before (wrong values), or times it honestly; never fast and ok."""
     honest = evaluator.evaluate("19_ReLU", solution_source("19_ReLU"), shape="full")
     # Static checks reject streams outright; switch them off to show the timing itself is not fooled.
     side = Evaluator(EvalConfig(backend="cuda", shape="full", timed_runs=10, static_checks=False, timeout_s=300))
     v = side.evaluate("19_ReLU", SIDE_STREAM_RELU)
-    assert v.status == "ok", v.feedback
-    assert v.runtime_ms > 0.8 * honest.runtime_ms, (v.runtime_ms, honest.runtime_ms)
+    assert v.status != "ok" or v.runtime_ms > 0.8 * honest.runtime_ms, (v.status, v.runtime_ms, honest.runtime_ms)
+
+
+COMPILED_LAUNCH_RELU = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.compiled = None
+
+    def forward(self, x):
+        out = torch.empty_like(x)
+        n = x.numel()
+        grid = (triton.cdiv(n, 4096),)
+        if self.compiled is None:  # the JIT path once; then the CompiledKernel object it returned
+            self.compiled = relu_kernel[grid](x, out, n, BLOCK=4096, num_warps=8)
+        else:
+            self.compiled[grid](x, out, n)
+        return out
+'''
+
+
+def test_launches_through_the_compiled_kernel_are_counted_and_timed():
+    """issue #17: a pass launched through Triton's CompiledKernel was unseen by the launch counter and the
+    worker's clock (Softmax 2.68 against an honest 2.04). Now the launcher counts it and the judge times it."""
+    config = EvalConfig(backend="cuda", shape="full", timed_runs=10, timeout_s=300, verdict_cache_size=0)
+    ev = Evaluator(config)
+    honest = ev.evaluate("19_ReLU", solution_source("19_ReLU"))
+    v = ev.evaluate("19_ReLU", COMPILED_LAUNCH_RELU)
+    assert honest.status == "ok" and v.status == "ok", (honest.feedback, v.feedback)
+    assert v.checks["triton_kernel_launched"].passed
+    assert v.runtime_ms > 0.85 * honest.runtime_ms, (v.runtime_ms, honest.runtime_ms)
+
+
+def test_the_judges_clock_reads_an_empty_call_steadily(evaluator):
+    gate = evaluator._gate_calibration()
+    assert 0.001 < gate.min_ms <= gate.median_ms <= gate.max_ms < 2.0, gate
+    assert gate.max_ms - gate.min_ms < 0.1, gate  # steady enough to subtract (0.29 +- 0.01 ms on an H200)
 
 
 def test_static_checks_reject_side_streams(evaluator):
