@@ -53,8 +53,9 @@ class GatedClock:
 
     def __init__(self, device: torch.device, l2_flush_mb: int, spin_cycles: int = LAUNCH_COVER_CYCLES):
         self.device = device
-        self.gate = torch.cuda.Event(interprocess=True)
-        self.done = torch.cuda.Event(interprocess=True)
+        with torch.cuda.device(device):  # events belong to the device current at their creation
+            self.gate = torch.cuda.Event(interprocess=True)
+            self.done = torch.cuda.Event(interprocess=True)
         self.flush = torch.empty(l2_flush_mb << 20, dtype=torch.uint8, device=device)
         self.base_spin = self.spin = spin_cycles
         self.inflated_calls = 0
