@@ -53,9 +53,8 @@ class GatedClock:
 
     def __init__(self, device: torch.device, l2_flush_mb: int, spin_cycles: int = LAUNCH_COVER_CYCLES):
         self.device = device
-        with torch.cuda.device(device):  # events belong to the device current at their creation
-            self.gate = torch.cuda.Event(interprocess=True)
-            self.done = torch.cuda.Event(interprocess=True)
+        self.gate = torch.cuda.Event(interprocess=True)
+        self.done = torch.cuda.Event(interprocess=True)
         self.flush = torch.empty(l2_flush_mb << 20, dtype=torch.uint8, device=device)
         self.base_spin = self.spin = spin_cycles
         self.inflated_calls = 0
@@ -63,7 +62,8 @@ class GatedClock:
         self.inflated = False
 
     def gates_message(self) -> dict:
-        return {"op": "gates", "gate": self.gate.ipc_handle(), "done": self.done.ipc_handle()}
+        with torch.cuda.device(self.device):  # the events are created lazily, at their first use
+            return {"op": "gates", "gate": self.gate.ipc_handle(), "done": self.done.ipc_handle()}
 
     def open(self, write_inputs=None) -> None:
         """Queue flush, spin, the inputs, START and the gate (call `stop` after the worker's reply)."""
