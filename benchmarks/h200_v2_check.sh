@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Evaluator v2 on the GPU host, in one call of at most ~9.5 minutes (issue #17): the ten controls at full
+# shape (+ ReLU repeats), the GPU evaluator tests, the runtime and distribution fixtures on CUDA, and the
+# hostile batch. Usage (from the checkout, wheels in .whl/):  bash benchmarks/h200_v2_check.sh OUT [STEP...]
+# Steps: controls gpu-eval corpus-new corpus hostile isolation (default: controls gpu-eval corpus-new hostile).
+set -uo pipefail
+out="${1:?output directory}"; shift
+steps=("$@"); [ ${#steps[@]} -gt 0 ] || steps=(controls gpu-eval corpus-new hostile)
+mkdir -p "$out"
+rm -rf /tmp/site
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH="$PWD:/tmp/site" KERNELFLOW_CACHE_DIR=/tmp/kfc HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+mkdir -p "$KERNELFLOW_CACHE_DIR"
+py=python3
+for step in "${steps[@]}"; do
+  t0=$(date +%s)
+  case "$step" in
+    controls)
+      timeout "${CONTROLS_LIMIT:-230}" $py benchmarks/controls.py --shape full --repeats "${REPEATS:-2}" --out "$out/c" >"$out/controls.log" 2>&1
+      echo "controls rc=$?"; cp "$out/c/controls.json" "$out/controls.json" 2>/dev/null; tail -16 "$out/controls.log" ;;
+    gpu-eval)
+      timeout "${GPU_EVAL_LIMIT:-160}" $py -m pytest -m gpu tests/eval/test_gpu_evaluator.py -v -p no:cacheprovider --timeout 200 >"$out/gpu_eval.log" 2>&1
+      echo "gpu-eval rc=$?"; grep -E "PASSED|FAILED|ERROR|passed|failed" "$out/gpu_eval.log" | tail -12 ;;
+    corpus-new)
+      timeout "${CORPUS_LIMIT:-120}" $py -m pytest -m gpu tests/eval/test_adversarial.py -n 8 -v -p no:cacheprovider --timeout 200 \
+        -k "rt_ or dist_ or timer_patch or thread_spawn or side_stream or call_counting or iso_" >"$out/corpus_new.log" 2>&1
+      echo "corpus-new rc=$?"; grep -E "FAILED|ERROR|passed|failed" "$out/corpus_new.log" | tail -12 ;;
+    corpus)
+      timeout "${CORPUS_LIMIT:-420}" $py -m pytest -m gpu tests/eval/test_adversarial.py -n 8 -v -p no:cacheprovider --timeout 300 \
+        >"$out/corpus.log" 2>&1
+      echo "corpus rc=$?"; grep -E "FAILED|ERROR|passed|failed" "$out/corpus.log" | tail -20 ;;
+    hostile)
+      timeout "${HOSTILE_LIMIT:-170}" $py benchmarks/hostile_batch.py --backend cuda --shape full --workers 4 --timeout-s 40 \
+        --out "$out/h" >"$out/hostile.log" 2>&1
+      echo "hostile rc=$?"; cp "$out/h/hostile_batch.json" "$out/hostile_batch.json" 2>/dev/null; tail -26 "$out/hostile.log" ;;
+    isolation)
+      timeout "${ISOLATION_LIMIT:-120}" $py benchmarks/isolation_cost.py --backend cuda --out "$out/i" >"$out/isolation.log" 2>&1
+      echo "isolation rc=$?"; cp "$out/i/"*.json "$out/" 2>/dev/null; tail -12 "$out/isolation.log" ;;
+    *) echo "unknown step $step" >&2 ;;
+  esac
+  echo "== $step took $(( $(date +%s) - t0 )) s"
+done
