@@ -83,7 +83,7 @@ class SharedOutput:
     """Where the worker's output lives on the GPU: an exported CUDA storage and the tensor's offset."""
 
     device: int
-    handle: str  # hex of the 64-byte cudaIpcMemHandle
+    handle: str  # hex of PyTorch's shareable handle (a kind byte + the 64-byte cudaIpcMemHandle)
     storage_bytes: int
     storage_offset_bytes: int  # of the allocation block inside the exported segment
     ref_counter: str  # the producer's shared-memory reference counter file (SHM_NAME)
@@ -213,8 +213,11 @@ def _validate(msg: Any) -> None:
         if msg.output_bytes is not None and msg.output_bytes < 0:
             raise ProtocolViolation("negative output_bytes")
     if isinstance(msg, SharedOutput):
-        if not re.fullmatch(r"[0-9a-f]{128}", msg.handle) or not re.fullmatch(r"([0-9a-f]{128})?", msg.event_handle):
-            raise ProtocolViolation("handles must be 64 bytes in hex")
+        # PyTorch's memory handle is a kind byte plus the 64-byte cudaIpcMemHandle (longer for expandable
+        # segments); the event handle is a 64-byte cudaIpcEventHandle. Bounded here, parsed by PyTorch.
+        if not re.fullmatch(r"(?:[0-9a-f]{2}){64,512}", msg.handle) or \
+                not re.fullmatch(r"([0-9a-f]{128})?", msg.event_handle):
+            raise ProtocolViolation("handles must be hex of 64-512 bytes (memory) and 64 bytes (event)")
         if not SHM_NAME.match(msg.ref_counter):
             raise ProtocolViolation("ref_counter is not a PyTorch shared-memory name")
         if min(msg.device, msg.storage_bytes, msg.storage_offset_bytes, msg.ref_counter_offset, msg.element_offset) < 0:

@@ -15,7 +15,7 @@ import pytest
 from kernelflow.eval import protocol
 from kernelflow.eval.protocol import ProtocolViolation, decode, encode
 
-SHARED = protocol.SharedOutput(0, "ab" * 64, 4096, 0, "/torch_123_456_0", 0, "cd" * 64, True, 0)
+SHARED = protocol.SharedOutput(0, "63" + "ab" * 64, 4096, 0, "/torch_123_456_0", 0, "cd" * 64, True, 0)
 MESSAGES = [
     protocol.Warm(1.0, 0.1, 42, 3, 7),
     protocol.Probed(),
@@ -60,6 +60,8 @@ BAD = {
     "a path as the ref counter": json.dumps({**json.loads(encode(MESSAGES[5])),
                                              "output": {**json.loads(encode(MESSAGES[5]))["output"],
                                                         "ref_counter": "/../../etc/passwd"}}).encode(),
+    "a huge handle": json.dumps({**json.loads(encode(MESSAGES[5])),
+                                 "output": {**json.loads(encode(MESSAGES[5]))["output"], "handle": "00" * 600}}).encode(),
     "a short handle": json.dumps({**json.loads(encode(MESSAGES[5])),
                                   "output": {**json.loads(encode(MESSAGES[5]))["output"], "handle": "00"}}).encode(),
 }
