@@ -46,6 +46,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Listener
 from pathlib import Path
 
+from kernelflow.eval import isolation
+
 log = logging.getLogger(__name__)
 
 # Environment variables a worker may inherit; everything else (tokens, credentials) is dropped.
@@ -66,10 +68,12 @@ class SpawnSpec:
     l2_flush_mb: int
     output_limit_mb: int
     memory_limit_mb: int
+    isolation: str = "auto"  # EvalConfig.isolation: "auto" or a level (isolation.py)
 
     @classmethod
     def of(cls, config, backend: str, device) -> SpawnSpec:
-        return cls(backend, str(device), config.l2_flush_mb, config.output_limit_mb, config.memory_limit_mb)
+        return cls(backend, str(device), config.l2_flush_mb, config.output_limit_mb, config.memory_limit_mb,
+                   config.isolation)
 
 
 def worker_environment(workdir: Path, backend: str) -> dict[str, str]:
@@ -112,9 +116,15 @@ class WorkerHandle:
         self._listener = None
         self.workdir = Path(tempfile.mkdtemp(prefix="kf-worker-"))
         self.sockdir = Path(tempfile.mkdtemp(prefix="kf-judge-"))
-        self.log_path = self.workdir / "worker.log"
+        # The judge's side, never the worker's: a worker owns its workdir and could swap a log there for
+        # a symlink to a file only the judge may read, which the judge would then quote in the feedback.
+        self.log_path = self.sockdir / "worker.log"
+        self.isolation = isolation.plan_worker(isolation.resolve(spec.backend, spec.isolation), str(self.workdir))
         try:
-            os.chmod(self.sockdir, 0o700)
+            # 0711: a worker of another UID may reach its (chowned) socket but not list or plant anything
+            os.chmod(self.sockdir, 0o711 if self.isolation.uid is not None else 0o700)
+            if self.isolation.uid is not None:
+                os.chown(self.workdir, self.isolation.uid, self.isolation.gid)
             self._spawn()
         except BaseException:
             self.close()
@@ -125,17 +135,20 @@ class WorkerHandle:
         address = str(self.sockdir / "judge.sock")
         authkey = secrets.token_bytes(32)
         self._listener = Listener(address, family="AF_UNIX", authkey=authkey)
+        if self.isolation.uid is not None:  # only this worker's UID may connect (the key still authenticates)
+            os.chown(address, self.isolation.uid, self.isolation.gid)
         out = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child, closed below
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "kernelflow.eval.worker"], stdin=subprocess.PIPE, stdout=out,
+                [*self.isolation.prefix, sys.executable, "-m", "kernelflow.eval.worker"], stdin=subprocess.PIPE,
+                stdout=out,
                 stderr=subprocess.STDOUT, cwd=self.workdir, env=env, start_new_session=True,
                 preexec_fn=_limits(self.spec),
             )
         finally:
             out.close()
         setup = {"address": address, "authkey": authkey.hex(), "backend": self.spec.backend, "device": self.spec.device,
-                 "l2_flush_mb": self.spec.l2_flush_mb}
+                 "l2_flush_mb": self.spec.l2_flush_mb, "isolation": self.isolation.self_setup}
         self.proc.stdin.write((json.dumps(setup) + "\n").encode())
         self.proc.stdin.close()
 
@@ -166,7 +179,24 @@ class WorkerHandle:
             raise WorkerStartError(self._death(f"during warm-up ({type(exc).__name__})")) from None
         if not isinstance(msg, dict) or msg.get("event") != "warm":
             raise WorkerStartError(f"the worker sent {msg!r} instead of 'warm'")
+        self._confirm_confined(deadline)
         self.warm_info = msg
+
+    def _confirm_confined(self, deadline: float) -> None:
+        """The worker's word that it confined itself (isolation.py), sent before any submission exists."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not self.conn.poll(remaining):
+            raise TimeoutError("the worker did not report its confinement in time")
+        try:
+            msg = json.loads(self.conn.recv_bytes(1 << 16))
+        except (EOFError, OSError, ValueError) as exc:
+            raise WorkerStartError(self._death(f"while confining itself ({type(exc).__name__})")) from None
+        if not isinstance(msg, dict) or msg.get("event") != "confined":
+            raise WorkerStartError(f"the worker sent {msg!r} instead of 'confined'")
+        lacking = set(self.isolation.self_applied) - set(msg.get("applied") or ())
+        if msg.get("error") or lacking:
+            raise WorkerStartError(f"the worker could not confine itself ({msg.get('error') or sorted(lacking)}); "
+                                   f"planned isolation: {self.isolation.resolved.describe()}")
 
     def _warm_recording(self, deadline: float) -> None:
         try:
