@@ -2,15 +2,19 @@
 
 `WorkerHandle` is one worker process from spawn to kill. At spawn it gets its own temporary
 directory (its cwd, HOME, TMPDIR and TRITON_CACHE_DIR, so compiled kernels are never shared between
-workers), a private socket directory (0700), a scrubbed environment (`_KEEP_ENV` only; no tokens or
-credentials), resource limits (output file size, no core dumps, address space under the
-interpreter) and its own process group. Its bootstrap (socket address, a fresh 32-byte key, backend,
-device) arrives on stdin; TRITON_INTERPRET is part of its environment, so it is set before triton is
-imported. The worker connects to the judge's authenticated socket, imports torch and triton (and on
-CUDA initialises its context and allocates the L2-flush buffer), then says `warm` and waits. Only
-then does a judge hand it a submission (`handover`): the source is written into the worker's
-directory and its path sent over the socket. A handle can be handed over once; the worker judges
-that one submission and exits, and the judge kills its process group and deletes its directories.
+workers), a private judge directory for its socket and output file (0700, or 0711 with the socket
+chowned to it when the worker has its own UID), a scrubbed environment (`_KEEP_ENV` only; no tokens
+or credentials), resource limits (output file size, no core dumps, address space under the
+interpreter), its own process group, and its OS isolation (`isolation.py`: the `unshare`/`setpriv`
+prefix of its command, a fresh UID, and what it applies to itself; after `warm` it must report
+`confined` with every planned self-applied mechanism, or it is discarded as a start failure). Its
+bootstrap (socket address, a fresh 32-byte key, backend, device, isolation) arrives on stdin;
+TRITON_INTERPRET is part of its environment, so it is set before triton is imported. The worker
+connects to the judge's authenticated socket, imports torch and triton (and on CUDA initialises its
+context and allocates the L2-flush buffer), then says `warm` and waits. Only then does a judge hand
+it a submission (`handover`): the source is written into the worker's directory and its path sent
+over the socket. A handle can be handed over once; the worker judges that one submission and exits,
+and the judge kills its process group and deletes its directories.
 
 Both paths use this protocol. Without a pool (`prewarm_workers = 0`, the default) a session spawns a
 handle and waits for `warm` itself, exactly as long as a fresh worker always took. With

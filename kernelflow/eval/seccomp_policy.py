@@ -17,8 +17,8 @@ Denied, and why (the hack or escape each one stops):
   glibc falls back to clone, whose flags a filter can see): new namespaces are kernel attack surface
   and a way around the PID/network namespaces;
 - bpf, perf_event_open, userfaultfd, io_uring_*, keyctl/add_key/request_key, init/finit/delete_module,
-  kexec_*, reboot, swapon/swapoff, personality, acct, quotactl, lookup_dcookie, the *_mempolicy-free
-  rest: kernel attack surface a kernel-writing submission never needs;
+  kexec_*, reboot, swapon/swapoff, personality, acct, quotactl, lookup_dcookie: kernel attack
+  surface a kernel-writing submission never needs;
 - setuid/setgid/setreuid/setregid/setresuid/setresgid/setfsuid/setfsgid/setgroups, capset: no
   identity changes (there are no capabilities to gain, but there is nothing to lose by refusing).
 Not denied: kill/tkill/tgkill. Signals to processes outside the worker are stopped by Landlock's
