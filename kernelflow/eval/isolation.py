@@ -75,6 +75,9 @@ BACKEND_WRITABLE = {
     "interpret": {"dirs": (), "files": ("/dev/null",)},
     "cuda": {"dirs": ("/dev/shm",), "files": ("/dev/null", "/dev/nvidia*")},
 }
+# Whether the seccomp filter lets the worker create sockets (its channel is open before the filter).
+# CUDA: denied, unverified on the H200 (legacy CUDA IPC is not expected to need a socket).
+BACKEND_SOCKETS_ALLOWED = {"interpret": False, "cuda": False}
 UID_RANGE = (1 << 20, 1 << 31)
 
 _PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS = 4, 38
@@ -236,9 +239,27 @@ def plan_worker(resolved: Resolved, workdir: str) -> WorkerPlan:
     self_setup = {
         "no_new_privs": "no_new_privs" in mech,
         "landlock": {"dirs": [workdir, *writable["dirs"]], "files": files} if "landlock" in mech else None,
-        "seccomp": {"allow_sockets": False} if "seccomp" in mech else None,
+        "seccomp": {"allow_sockets": BACKEND_SOCKETS_ALLOWED[resolved.backend]} if "seccomp" in mech else None,
     }
     return WorkerPlan(resolved, uid, gid, tuple(prefix), self_setup)
+
+
+def reachable_tempdir() -> str:
+    """A temp dir a worker of another UID can reach (every ancestor searchable by others): the usual one
+    ($TMPDIR, tempfile.tempdir) if it is, else /tmp."""
+    import stat
+    import tempfile
+
+    def reachable(path: str) -> bool:
+        parts = os.path.realpath(path).split(os.sep)
+        prefixes = [os.sep + os.path.join(*parts[1:i]) if i > 1 else os.sep for i in range(1, len(parts) + 1)]
+        return all(os.stat(p).st_mode & stat.S_IXOTH for p in prefixes)
+
+    for candidate in (tempfile.gettempdir(), "/tmp"):
+        if reachable(candidate):
+            return candidate
+    raise IsolationError("no temp dir is searchable by other users (a worker with its own UID could not reach its "
+                         "directory); set TMPDIR to one, or isolation to 'network'")
 
 
 _judge_protected = False

@@ -118,12 +118,14 @@ class WorkerHandle:
         self._claim_lock = threading.Lock()
         self._claimed = False
         self._listener = None
-        self.workdir = Path(tempfile.mkdtemp(prefix="kf-worker-"))
-        self.sockdir = Path(tempfile.mkdtemp(prefix="kf-judge-"))
+        resolved = isolation.resolve(spec.backend, spec.isolation)
+        base = isolation.reachable_tempdir() if "uid" in resolved.mechanisms else None
+        self.workdir = Path(tempfile.mkdtemp(prefix="kf-worker-", dir=base))
+        self.sockdir = Path(tempfile.mkdtemp(prefix="kf-judge-", dir=base))
         # The judge's side, never the worker's: a worker owns its workdir and could swap a log there for
         # a symlink to a file only the judge may read, which the judge would then quote in the feedback.
         self.log_path = self.sockdir / "worker.log"
-        self.isolation = isolation.plan_worker(isolation.resolve(spec.backend, spec.isolation), str(self.workdir))
+        self.isolation = isolation.plan_worker(resolved, str(self.workdir))
         try:
             # 0711: a worker of another UID may reach its (chowned) socket but not list or plant anything
             os.chmod(self.sockdir, 0o711 if self.isolation.uid is not None else 0o700)
