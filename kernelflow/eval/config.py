@@ -75,8 +75,9 @@ class EvalConfig:
     # OS isolation of every worker (isolation.py): "auto" (the strongest this host and backend allow) or
     # an explicit level of ISOLATION_LEVELS, refused where one of its mechanisms is missing.
     isolation: str = "auto"
-    # The environment server refuses to start below this level; None: the backend's ceiling
-    # (interpret: "full", cuda: "network"). Lower it only to accept a weaker host knowingly.
+    # The environment server refuses to start below this level; None: what this host gives the
+    # interpreter, capped at the backend's ceiling (isolation.default_minimum). Set "full" (interpret)
+    # or "network" (cuda) on a production host so that a host missing a mechanism cannot serve.
     min_isolation: str | None = None
     reward: RewardConfig = field(default_factory=RewardConfig)
 

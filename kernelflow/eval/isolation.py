@@ -142,8 +142,37 @@ def host_mechanisms() -> dict[str, str | None]:
     elif setpriv is None:
         found["uid"] = "util-linux `setpriv` is not installed (apt-get install util-linux)"
     else:
-        found["uid"] = None
+        found["uid"] = _other_uid_runs_our_python(setpriv)
     return found
+
+
+_SAME_PYTHON = ("import os, sys, importlib.util as u; "
+                "print(os.__file__, sys.version, *(getattr(u.find_spec(m), 'origin', None) for m in ('torch', 'kernelflow')))")
+
+
+def _other_uid_runs_our_python(setpriv: str) -> str | None:
+    """None if a fresh UID runs this interpreter with this stdlib, torch and kernelflow; else why not.
+
+    A Python installed under a 0700 home (pyenv in /root) is not readable by another UID: the worker
+    would start a different stdlib or none at all.
+    """
+    import sys
+
+    uid = str(UID_RANGE[0] + secrets.randbelow(UID_RANGE[1] - UID_RANGE[0]))
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH", "VIRTUAL_ENV", "LANG")}
+    cmd = [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", "/bin/sh", "-c", '"$@"', "probe",
+           sys.executable, "-c", _SAME_PYTHON]
+    try:
+        theirs = subprocess.run(cmd, capture_output=True, text=True, timeout=30, env=env, cwd="/").stdout.strip()
+        ours = subprocess.run([sys.executable, "-c", _SAME_PYTHON], capture_output=True, text=True, timeout=30,
+                              env=env, cwd="/").stdout.strip()
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"could not probe a worker UID ({exc})"
+    if theirs != ours or not ours:
+        return (f"another UID cannot run this Python as the judge does ({sys.executable} -> "
+                f"{os.path.realpath(sys.executable)}; saw {theirs or 'nothing'!r}): install Python, the venv and "
+                "kernelflow where other users can read them (not under a 0700 home such as /root)")
+    return None
 
 
 @dataclass(frozen=True)
@@ -166,6 +195,9 @@ class Resolved:
         return text
 
 
+_warned: set = set()
+
+
 def resolve(backend: str, requested: str = "auto") -> Resolved:
     """Which mechanisms a `backend` worker gets for `requested` ("auto": all this host has and the
     backend allows; a level: exactly its mechanisms, IsolationError if one is unavailable)."""
@@ -174,7 +206,8 @@ def resolve(backend: str, requested: str = "auto") -> Resolved:
     missing = {m: host[m] for m in MECHANISMS if m in allowed and host[m] is not None}
     if requested == "auto":
         chosen = tuple(m for m in MECHANISMS if m in allowed and host[m] is None)
-        if missing:
+        if missing and (backend, tuple(missing)) not in _warned:
+            _warned.add((backend, tuple(missing)))
             log.warning("worker isolation on %s degraded to %s", backend,
                         Resolved(backend, requested, chosen, missing).describe())
         return Resolved(backend, requested, chosen, missing)
@@ -193,9 +226,16 @@ def resolve(backend: str, requested: str = "auto") -> Resolved:
     return Resolved(backend, requested, tuple(m for m in MECHANISMS if m in need), {})
 
 
+def default_minimum(backend: str) -> str:
+    """The floor when `min_isolation` is None: what this host gives the interpreter, capped at the backend's
+    ceiling (a host that loses a mechanism later, or a backend that gets less than the host can give, fails)."""
+    here = resolve("interpret", "auto").level
+    return min(here, ceiling(backend), key=LEVELS.index)
+
+
 def check_minimum(level: str, minimum: str | None, backend: str, missing: dict | None = None) -> None:
-    """Raise IsolationError if `level` is below `minimum` (None: the backend's ceiling)."""
-    floor = minimum or ceiling(backend)
+    """Raise IsolationError if `level` is below `minimum` (None: `default_minimum(backend)`)."""
+    floor = minimum or default_minimum(backend)
     if LEVELS.index(level) >= LEVELS.index(floor):
         return
     lacking = [m for m in LEVEL_MECHANISMS[floor] if m not in LEVEL_MECHANISMS[level]]
@@ -213,6 +253,12 @@ class WorkerPlan:
     gid: int | None
     prefix: tuple[str, ...]
     self_setup: dict  # sent in the bootstrap; the worker applies it (`confine_early`, `confine_late`)
+
+    def exit_status(self, code: int | None) -> int | None:
+        """The worker's exit status as Popen reports it for an unwrapped process (-N: killed by signal N)."""
+        if code is not None and "pidns" in self.resolved.mechanisms and 128 < code < 128 + 65:
+            return -(code - 128)
+        return code
 
     @property
     def self_applied(self) -> tuple[str, ...]:
@@ -233,7 +279,14 @@ def plan_worker(resolved: Resolved, workdir: str) -> WorkerPlan:
         prefix += [shutil.which("setpriv") or "setpriv"]
         if uid is not None:
             prefix += [f"--reuid={uid}", f"--regid={gid}", "--clear-groups"]
-        prefix += ["--inh-caps=-all", "--bounding-set=-all", "--"]
+        prefix += ["--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+    if "pidns" in mech:
+        # PID 1 of a namespace ignores every signal it has no handler for unless the kernel forces it:
+        # a worker as PID 1 would survive its own SIGXFSZ (output flood) and SIGABRT. So a shell is
+        # PID 1 and the worker its child; it exits 128+N when the worker dies of signal N, which the
+        # judge reads back as -N (`exit_status`). The shell is out of the worker's reach: outside its
+        # Landlock domain (no signals), and ptrace/process_vm_* are denied by seccomp.
+        prefix += ["/bin/sh", "-c", '"$@"; exit $?', "kf-worker-init"]
     writable = BACKEND_WRITABLE[resolved.backend]
     files = [p for pattern in writable["files"] for p in sorted(glob.glob(pattern))]
     self_setup = {

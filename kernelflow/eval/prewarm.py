@@ -59,6 +59,17 @@ _KEEP_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_HOME", "LD_LIBRARY_PATH", "NVIDIA_V
              "CUDA_VISIBLE_DEVICES", "VIRTUAL_ENV", "PYTHONPATH", "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH")
 
 
+class _WorkerPopen(subprocess.Popen):
+    """Popen whose returncode is the worker's own, through the PID-namespace init (isolation.py)."""
+
+    plan: isolation.WorkerPlan | None = None
+
+    def _handle_exitstatus(self, *args, **kwargs):
+        super()._handle_exitstatus(*args, **kwargs)
+        if self.plan is not None:
+            self.returncode = self.plan.exit_status(self.returncode)
+
+
 class WorkerStartError(RuntimeError):
     """A worker died or misbehaved before it was handed a submission (the evaluator's fault)."""
 
@@ -145,7 +156,7 @@ class WorkerHandle:
             os.chown(address, self.isolation.uid, self.isolation.gid)
         out = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child, closed below
         try:
-            self.proc = subprocess.Popen(
+            self.proc = _WorkerPopen(
                 [*self.isolation.prefix, sys.executable, "-m", "kernelflow.eval.worker"], stdin=subprocess.PIPE,
                 stdout=out,
                 stderr=subprocess.STDOUT, cwd=self.workdir, env=env, start_new_session=True,
@@ -153,6 +164,7 @@ class WorkerHandle:
             )
         finally:
             out.close()
+        self.proc.plan = self.isolation
         setup = {"address": address, "authkey": authkey.hex(), "backend": self.spec.backend, "device": self.spec.device,
                  "l2_flush_mb": self.spec.l2_flush_mb, "isolation": self.isolation.self_setup}
         self.proc.stdin.write((json.dumps(setup) + "\n").encode())

@@ -44,8 +44,16 @@ CORPUS = REPO / "tests" / "fixtures" / "adversarial"
 ISO_FIXTURES = sorted(CORPUS.glob("iso_*.py"))
 SECRET = "KF_ISO_SECRET=s3cr3t-" + os.urandom(6).hex()
 UDP_PORT = 47391  # where iso_network_socket.py sends its datagram
-HOST_HAS_ALL = all(why is None for why in isolation.host_mechanisms().values())
-needs_all = pytest.mark.skipif(not HOST_HAS_ALL, reason=f"host lacks isolation mechanisms: {isolation.host_mechanisms()}")
+HOST = isolation.host_mechanisms()
+HERE = resolve("interpret").level  # this host's interpreter level ("network" where Python is under a 0700 home)
+
+
+def needs(*mechanisms: str):
+    lacking = {m: HOST[m] for m in mechanisms if HOST[m] is not None}
+    return pytest.mark.skipif(bool(lacking), reason=f"host lacks {lacking}")
+
+
+needs_all = needs("no_new_privs", "no_caps", "landlock", "seccomp", "netns")
 
 # The judge: one evaluator, every fixture given on the command line; prints the verdicts as JSON.
 JUDGE = textwrap.dedent('''
@@ -93,7 +101,8 @@ def test_check_minimum_names_what_is_missing():
     check_minimum("network", None, "cuda")
     check_minimum("process", "process", "interpret")
     with pytest.raises(IsolationError, match=r"below the required 'full'.*pidns: no user namespaces.*min_isolation"):
-        check_minimum("user", None, "interpret", {"pidns": "no user namespaces"})
+        check_minimum("user", "full", "interpret", {"pidns": "no user namespaces"})
+    assert isolation.default_minimum("interpret") == HERE and isolation.default_minimum("cuda") in ("network", HERE)
 
 
 def test_config_validates_the_isolation_fields():
@@ -106,13 +115,12 @@ def test_config_validates_the_isolation_fields():
     assert "min_isolation" not in EvalConfig().judging_dict() and "isolation" in EvalConfig().judging_dict()
 
 
-@needs_all
 def test_each_worker_gets_a_fresh_unprivileged_uid(tmp_path):
-    resolved = resolve("interpret", "auto")
+    resolved = Resolved("interpret", "auto", isolation.MECHANISMS)  # the plan, whatever this host has
     a, b = plan_worker(resolved, str(tmp_path)), plan_worker(resolved, str(tmp_path))
     assert a.uid != b.uid and all(isolation.UID_RANGE[0] <= p.uid < isolation.UID_RANGE[1] for p in (a, b))
     assert f"--reuid={a.uid}" in a.prefix and "--clear-groups" in a.prefix and "--bounding-set=-all" in a.prefix
-    assert "--pid" in a.prefix and "--net" in a.prefix
+    assert "--pid" in a.prefix and "--net" in a.prefix and a.prefix[-4:-2] == ("/bin/sh", "-c")  # PID 1 is a shell
     assert a.self_setup["landlock"]["dirs"][0] == str(tmp_path)
     cuda = plan_worker(Resolved("cuda", "auto", tuple(m for m in isolation.MECHANISMS if m in BACKEND_MECHANISMS["cuda"])),
                        str(tmp_path))
@@ -128,8 +136,7 @@ def test_evaluator_reports_its_level_and_the_judge_is_not_dumpable():
     ev = Evaluator(EvalConfig(backend="interpret", verdict_cache_size=0))
     info = ev.info()
     assert info["isolation"] == ev.isolation.level and info["isolation_mechanisms"] == list(ev.isolation.mechanisms)
-    if HOST_HAS_ALL:
-        assert info["isolation"] == "full"
+    assert info["isolation"] == HERE
     verdict = ev.evaluate("19_ReLU", "no code here")
     assert verdict.isolation == info["isolation"] and verdict.checks["isolation"].passed
     assert ctypes.CDLL(None).prctl(3, 0, 0, 0, 0) == 0  # PR_GET_DUMPABLE
@@ -143,7 +150,7 @@ def test_server_refuses_to_start_below_the_minimum():
         closed = False
 
         def info(self):
-            return {"backend": "interpret", "isolation": "process", "min_isolation": None,
+            return {"backend": "interpret", "isolation": "process", "min_isolation": "full",
                     "isolation_missing": {"uid": "the judge does not run as root"}}
 
         def close(self):
@@ -161,7 +168,7 @@ def _run_py(code: str) -> subprocess.CompletedProcess:
                           timeout=60)
 
 
-@needs_all
+@needs("no_new_privs", "landlock")
 def test_landlock_allows_writes_only_in_the_worker_dir(tmp_path):
     inside, outside = tmp_path / "inside", tmp_path / "outside"
     inside.mkdir()
@@ -185,7 +192,7 @@ def test_landlock_allows_writes_only_in_the_worker_dir(tmp_path):
     assert (inside / "b").exists() and not list(outside.iterdir())
 
 
-@needs_all
+@needs("no_new_privs", "seccomp")
 def test_seccomp_denies_the_listed_calls_and_keeps_fork_exec():
     r = _run_py('''
         import ctypes, os, socket, subprocess
@@ -292,7 +299,7 @@ def test_isolation_fixtures_are_stopped(level):
                         next(ln for ln in (CORPUS / f"{name}.py").read_text().splitlines()
                              if ln.startswith("# expect:"))[len("# expect:"):].split())["interpret"]
         assert v["status"] == expected and v["reward"] == 0, (name, v["status"], v["feedback"])
-        assert v["isolation"] == ("full" if level == "auto" else level)
+        assert v["isolation"] == (HERE if level == "auto" else level)
     assert effects == {"secret_seen": [], "package_planted": False, "cache_planted": False,
                        "calibration_unchanged": True, "victim_alive": True,
                        "datagram": None, "survivors": []}, effects
@@ -319,10 +326,14 @@ def test_worker_runs_as_a_fresh_user_without_capabilities_in_its_own_namespaces(
         os.unlink(f.name)
     feedback = next(iter(verdicts.values()))["feedback"]
     seen = json.loads(" ".join(feedback[feedback.rindex("PROBE {") + 6:].split("}", 1)[0].split()) + "}")
-    assert seen["uid"] >= isolation.UID_RANGE[0] and seen["groups"] == []
+    if HOST["uid"] is None:
+        assert seen["uid"] >= isolation.UID_RANGE[0] and seen["groups"] == []
+    else:  # e.g. Python under /root (0700): the worker keeps the judge's UID, without capabilities
+        assert seen["uid"] == os.getuid()
     assert seen["CapEff"] == seen["CapBnd"] == "0000000000000000"
     assert seen["NoNewPrivs"] == "1" and seen["Seccomp"] == "2"
-    assert seen["pids"] <= 4  # unshare's child (PID 1), the worker's own: the judge is not visible
+    if HOST["pidns"] is None:
+        assert seen["pids"] <= 4  # the init shell (PID 1) and the worker: the judge is not visible
 
 
 # ---- on the GPU host ------------------------------------------------------------------------------
