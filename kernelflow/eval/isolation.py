@@ -15,9 +15,10 @@ probed once per process (cached) and applied only where the host has it and the 
   setsid/setpgid, new sockets, new namespaces, kernel attack surface;
 - `netns` (`unshare` at spawn): the network (a fresh namespace has only a down loopback);
 - `uid` (`setpriv` at spawn): reading or signalling the judge and the other workers: a fresh random
-  UID/GID in [2^20, 2^31) per worker, no supplementary groups, its own directory chowned to it;
-- `pidns` (`unshare --pid --fork --mount-proc` at spawn): seeing the judge at all (a fresh /proc),
-  and descendants outliving the worker (all die with its PID 1).
+  UID/GID in [2^20, 2^31) per worker, no supplementary groups, its own directory chowned to it.
+  Only where another UID can run the judge's Python (probed: not with pyenv under a 0700 /root);
+- `pidns` (`unshare --pid --fork --mount-proc` at spawn, a shell as PID 1): seeing the judge at all
+  (a fresh /proc), and descendants outliving the worker (all die with PID 1).
 
 `protect_judge()` (called when an `Evaluator` is built) makes the judge non-dumpable, so a process of
 the same UID without CAP_SYS_PTRACE (a CUDA worker, whose UID stays the judge's) can read neither its
