@@ -53,6 +53,13 @@ def needs(*mechanisms: str):
     return pytest.mark.skipif(bool(lacking), reason=f"host lacks {lacking}")
 
 
+# Where this host's Python is unreadable by other UIDs (pyenv under /root), the system's Python of the
+# same minor version, with our venv's packages on its path, is: it runs the judge at level "full".
+SITE = next((p for p in sys.path if p.endswith("site-packages")), "")
+SYSTEM_PY = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+OWN_UID_PY = sys.executable if HOST["uid"] is None else (SYSTEM_PY if os.path.exists(SYSTEM_PY) else None)
+
+
 needs_all = needs("no_new_privs", "no_caps", "landlock", "seccomp", "netns")
 
 # The judge: one evaluator, every fixture given on the command line; prints the verdicts as JSON.
@@ -237,7 +244,8 @@ def _marked(marker: bytes) -> list[int]:
     return found
 
 
-def judge_fixtures(paths: list[Path], judge_kwargs: dict, pythonpath: str = str(REPO)) -> dict:
+def judge_fixtures(paths: list[Path], judge_kwargs: dict, pythonpath: str = str(REPO), python: str = sys.executable,
+                   ) -> dict:
     """Run the fixtures through a judge subprocess with the secret, a victim, a listener and a cache dir.
 
     Returns {"verdicts": {stem: verdict dict}, "effects": {...}}: what each attack left behind. Also used
@@ -255,9 +263,10 @@ def judge_fixtures(paths: list[Path], judge_kwargs: dict, pythonpath: str = str(
     udp.bind(("127.0.0.1", UDP_PORT))
     udp.settimeout(0.2)
     secret_key, secret_value = SECRET.split("=", 1)
-    env = {**os.environ, "PYTHONPATH": pythonpath, "HOME": str(base / "home"), secret_key: secret_value}
+    path = pythonpath if python == sys.executable else f"{pythonpath}:{SITE}"
+    env = {**os.environ, "PYTHONPATH": path, "HOME": str(base / "home"), secret_key: secret_value}
     try:
-        r = subprocess.run([sys.executable, "-c", JUDGE, json.dumps(judge_kwargs), *map(str, paths)], env=env, cwd=base,
+        r = subprocess.run([python, "-c", JUDGE, json.dumps(judge_kwargs), *map(str, paths)], env=env, cwd=base,
                            capture_output=True, text=True, timeout=90 * len(paths) + 120)
         line = [ln for ln in r.stdout.splitlines() if ln.startswith("VERDICTS:")]
         assert line, f"the judge printed no verdicts (rc {r.returncode}):\n{r.stderr[-3000:]}"
@@ -289,9 +298,12 @@ def judge_fixtures(paths: list[Path], judge_kwargs: dict, pythonpath: str = str(
 
 @pytest.mark.slow
 @needs_all
-@pytest.mark.parametrize("level", ["auto", "network"])  # network: the mechanisms a CUDA worker gets
+@pytest.mark.parametrize("level", ["auto", "network", "full"])  # network: the mechanisms a CUDA worker gets
 def test_isolation_fixtures_are_stopped(level):
-    result = judge_fixtures(ISO_FIXTURES, {"isolation": level})
+    if level == "full" and OWN_UID_PY is None:
+        pytest.skip("no Python here that another UID can run")
+    python = OWN_UID_PY if level == "full" else sys.executable
+    result = judge_fixtures(ISO_FIXTURES, {"isolation": level}, python=python)
     verdicts, effects = result["verdicts"], result["effects"]
     assert set(verdicts) == {p.stem for p in ISO_FIXTURES}
     for name, v in verdicts.items():
@@ -307,7 +319,10 @@ def test_isolation_fixtures_are_stopped(level):
 
 @pytest.mark.slow
 @needs_all
-def test_worker_runs_as_a_fresh_user_without_capabilities_in_its_own_namespaces():
+@pytest.mark.parametrize("own_uid", [False, True])
+def test_worker_runs_as_a_fresh_user_without_capabilities_in_its_own_namespaces(own_uid):
+    if own_uid and OWN_UID_PY is None:
+        pytest.skip("no Python here that another UID can run")
     probe = (CORPUS / "iso_network_socket.py").read_text().split("class ModelNew")[0] + textwrap.dedent('''
         import os
         class ModelNew(nn.Module):
@@ -321,12 +336,13 @@ def test_worker_runs_as_a_fresh_user_without_capabilities_in_its_own_namespaces(
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(probe)
     try:
-        verdicts = judge_fixtures([Path(f.name)], {})["verdicts"]
+        verdicts = judge_fixtures([Path(f.name)], {"isolation": "full" if own_uid else "auto"},
+                                  python=OWN_UID_PY if own_uid else sys.executable)["verdicts"]
     finally:
         os.unlink(f.name)
     feedback = next(iter(verdicts.values()))["feedback"]
     seen = json.loads(" ".join(feedback[feedback.rindex("PROBE {") + 6:].split("}", 1)[0].split()) + "}")
-    if HOST["uid"] is None:
+    if own_uid or HOST["uid"] is None:
         assert seen["uid"] >= isolation.UID_RANGE[0] and seen["groups"] == []
     else:  # e.g. Python under /root (0700): the worker keeps the judge's UID, without capabilities
         assert seen["uid"] == os.getuid()
