@@ -11,6 +11,8 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 
+from kernelflow.eval.isolation import LEVELS as ISOLATION_LEVELS
+
 BACKENDS = ("auto", "cuda", "interpret")
 TOLERANCE_MODES = ("task", "kernelbench")
 GPU_LOCK_MODES = ("exclusive", "shared_checks")  # the choices of EvalConfig.gpu_lock (session/plan.py)
@@ -76,6 +78,13 @@ class EvalConfig:
     # Also time torch.compile of the reference (cached per task and shape, like eager) so verdicts carry
     # speedup_vs_compile. Off by default: compiling every task's reference costs tens of seconds once.
     compile_baseline: bool = False
+    # OS isolation of every worker (isolation.py): "auto" (the strongest this host and backend allow) or
+    # an explicit level of ISOLATION_LEVELS, refused where one of its mechanisms is missing.
+    isolation: str = "auto"
+    # The environment server refuses to start below this level; None: what this host gives the
+    # interpreter, capped at the backend's ceiling (isolation.default_minimum). Set "full" (interpret)
+    # or "network" (cuda) on a production host so that a host missing a mechanism cannot serve.
+    min_isolation: str | None = None
     reward: RewardConfig = field(default_factory=RewardConfig)
 
     def __post_init__(self) -> None:
@@ -107,6 +116,10 @@ class EvalConfig:
                 problems.append(f"{name}={value!r} (need an int >= 0; 0 disables it)")
         if self.gpu_lock not in GPU_LOCK_MODES:
             problems.append(f"gpu_lock={self.gpu_lock!r} (choose one of {GPU_LOCK_MODES})")
+        if self.isolation not in ("auto", *ISOLATION_LEVELS):
+            problems.append(f"isolation={self.isolation!r} (choose 'auto' or one of {ISOLATION_LEVELS})")
+        if self.min_isolation not in (None, *ISOLATION_LEVELS):
+            problems.append(f"min_isolation={self.min_isolation!r} (choose null or one of {ISOLATION_LEVELS})")
         if self.memory_limit_mb < 256:
             problems.append(f"memory_limit_mb={self.memory_limit_mb} (need at least 256)")
         if problems:
@@ -119,7 +132,7 @@ class EvalConfig:
         """The settings that change a verdict (not pool sizes, caches or paths): what `config_hash` covers."""
         d = asdict(self)
         for k in ("max_workers", "cache_dir", "base_seed", "device_index", "verdict_cache_size", "input_cache_mb",
-                  "prewarm_workers", "gpu_lock"):
+                  "prewarm_workers", "gpu_lock", "min_isolation"):
             d.pop(k)
         return d
 

@@ -33,6 +33,7 @@ from kernelflow.eval.cache import ReferenceCache, VerdictCache, verdict_key
 from kernelflow.eval.config import EvalConfig, config_hash
 from kernelflow.eval.feedback import build_feedback
 from kernelflow.eval.ipc_arena import ArenaPool
+from kernelflow.eval.isolation import protect_judge, resolve
 from kernelflow.eval.prewarm import SpawnSpec, WarmPool
 from kernelflow.eval.reward import compute_reward, roofline_fraction
 from kernelflow.eval.roofline import Calibration, calibrate
@@ -69,6 +70,8 @@ class Evaluator:
         else:
             self.device = torch.device("cpu")
             self.device_name = "cpu (triton interpreter)"
+        protect_judge()  # non-dumpable: a worker of our UID cannot read our memory or environment
+        self.isolation = resolve(self.backend, self.config.isolation)  # what every worker gets (isolation.py)
         self._slots = threading.BoundedSemaphore(self.config.max_workers)
         self._state_lock = threading.Lock()
         self._calibration: Calibration | None = None
@@ -100,6 +103,10 @@ class Evaluator:
             "config_hash": config_hash(self.config, EVALUATOR_VERSION),
             "clock": "judge-side gated CUDA events" if self.backend == "cuda" else "none (interpreter: not timed)",
             "empty_call_ms": None if self._gate is None else self._gate.median_ms,
+            "isolation": self.isolation.level,
+            "isolation_mechanisms": list(self.isolation.mechanisms),
+            "isolation_missing": dict(self.isolation.missing),
+            "min_isolation": self.config.min_isolation,
         }
 
     def stats(self) -> dict:
@@ -311,6 +318,7 @@ class Evaluator:
     def _verdict(self, task: Task, config: EvalConfig, code: str | None, status: str, checks: dict[str, Check],
                  detail: str, wall: WallTime | None = None, log_tail: str = "", **fields) -> Verdict:
         correct = status == Status.OK.value
+        checks = {**checks, "isolation": Check(True, self.isolation.describe())}
         reward = compute_reward(correct, fields.get("t_min_ms"), fields.get("runtime_ms"), config.reward)
         feedback = build_feedback(
             status, detail, checks, fields.get("runtime_ms"), fields.get("t_min_ms"), fields.get("roofline_fraction"),
@@ -321,7 +329,7 @@ class Evaluator:
             task_id=task.task_id, status=status, correct=correct, reward=reward, feedback=feedback,
             code_sha256=code_sha256(code), evaluator_version=EVALUATOR_VERSION, backend=self.backend,
             device=self.device_name, shape=config.shape, seeds=config.seed_list(), checks=checks, wall_time=wall,
-            cached=False, **fields,
+            cached=False, isolation=self.isolation.level, **fields,
         )
 
 

@@ -2,15 +2,19 @@
 
 `WorkerHandle` is one worker process from spawn to kill. At spawn it gets its own temporary
 directory (its cwd, HOME, TMPDIR and TRITON_CACHE_DIR, so compiled kernels are never shared between
-workers), a private socket directory (0700), a scrubbed environment (`_KEEP_ENV` only; no tokens or
-credentials), resource limits (output file size, no core dumps, address space under the
-interpreter) and its own process group. Its bootstrap (socket address, a fresh 32-byte key, backend,
-device) arrives on stdin; TRITON_INTERPRET is part of its environment, so it is set before triton is
-imported. The worker connects to the judge's authenticated socket, imports torch and triton (and on
-CUDA initialises its context and allocates the L2-flush buffer), then says `warm` and waits. Only
-then does a judge hand it a submission (`handover`): the source is written into the worker's
-directory and its path sent over the socket. A handle can be handed over once; the worker judges
-that one submission and exits, and the judge kills its process group and deletes its directories.
+workers), a private judge directory for its socket and output file (0700, or 0711 with the socket
+chowned to it when the worker has its own UID), a scrubbed environment (`_KEEP_ENV` only; no tokens
+or credentials), resource limits (output file size, no core dumps, address space under the
+interpreter), its own process group, and its OS isolation (`isolation.py`: the `unshare`/`setpriv`
+prefix of its command, a fresh UID, and what it applies to itself; after `warm` it must report
+`confined` with every planned self-applied mechanism, or it is discarded as a start failure). Its
+bootstrap (socket address, a fresh 32-byte key, backend, device, isolation) arrives on stdin;
+TRITON_INTERPRET is part of its environment, so it is set before triton is imported. The worker
+connects to the judge's authenticated socket, imports torch and triton (and on CUDA initialises its
+context and allocates the L2-flush buffer), then says `warm` and waits. Only then does a judge hand
+it a submission (`handover`): the source is written into the worker's directory and its path sent
+over the socket. A handle can be handed over once; the worker judges that one submission and exits,
+and the judge kills its process group and deletes its directories.
 
 Both paths use this protocol. Without a pool (`prewarm_workers = 0`, the default) a session spawns a
 handle and waits for `warm` itself, exactly as long as a fresh worker always took. With
@@ -46,11 +50,24 @@ from dataclasses import dataclass
 from multiprocessing.connection import Listener
 from pathlib import Path
 
+from kernelflow.eval import isolation
+
 log = logging.getLogger(__name__)
 
 # Environment variables a worker may inherit; everything else (tokens, credentials) is dropped.
 _KEEP_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_HOME", "LD_LIBRARY_PATH", "NVIDIA_VISIBLE_DEVICES",
              "CUDA_VISIBLE_DEVICES", "VIRTUAL_ENV", "PYTHONPATH", "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH")
+
+
+class _WorkerPopen(subprocess.Popen):
+    """Popen whose returncode is the worker's own, through the PID-namespace init (isolation.py)."""
+
+    plan: isolation.WorkerPlan | None = None
+
+    def _handle_exitstatus(self, *args, **kwargs):
+        super()._handle_exitstatus(*args, **kwargs)
+        if self.plan is not None:
+            self.returncode = self.plan.exit_status(self.returncode)
 
 
 class WorkerStartError(RuntimeError):
@@ -66,10 +83,12 @@ class SpawnSpec:
     l2_flush_mb: int
     output_limit_mb: int
     memory_limit_mb: int
+    isolation: str = "auto"  # EvalConfig.isolation: "auto" or a level (isolation.py)
 
     @classmethod
     def of(cls, config, backend: str, device) -> SpawnSpec:
-        return cls(backend, str(device), config.l2_flush_mb, config.output_limit_mb, config.memory_limit_mb)
+        return cls(backend, str(device), config.l2_flush_mb, config.output_limit_mb, config.memory_limit_mb,
+                   config.isolation)
 
 
 def worker_environment(workdir: Path, backend: str) -> dict[str, str]:
@@ -110,11 +129,19 @@ class WorkerHandle:
         self._claim_lock = threading.Lock()
         self._claimed = False
         self._listener = None
-        self.workdir = Path(tempfile.mkdtemp(prefix="kf-worker-"))
-        self.sockdir = Path(tempfile.mkdtemp(prefix="kf-judge-"))
-        self.log_path = self.workdir / "worker.log"
+        resolved = isolation.resolve(spec.backend, spec.isolation)
+        base = isolation.reachable_tempdir() if "uid" in resolved.mechanisms else None
+        self.workdir = Path(tempfile.mkdtemp(prefix="kf-worker-", dir=base))
+        self.sockdir = Path(tempfile.mkdtemp(prefix="kf-judge-", dir=base))
+        # The judge's side, never the worker's: a worker owns its workdir and could swap a log there for
+        # a symlink to a file only the judge may read, which the judge would then quote in the feedback.
+        self.log_path = self.sockdir / "worker.log"
+        self.isolation = isolation.plan_worker(resolved, str(self.workdir))
         try:
-            os.chmod(self.sockdir, 0o700)
+            # 0711: a worker of another UID may reach its (chowned) socket but not list or plant anything
+            os.chmod(self.sockdir, 0o711 if self.isolation.uid is not None else 0o700)
+            if self.isolation.uid is not None:
+                os.chown(self.workdir, self.isolation.uid, self.isolation.gid)
             self._spawn()
         except BaseException:
             self.close()
@@ -125,17 +152,21 @@ class WorkerHandle:
         address = str(self.sockdir / "judge.sock")
         authkey = secrets.token_bytes(32)
         self._listener = Listener(address, family="AF_UNIX", authkey=authkey)
+        if self.isolation.uid is not None:  # only this worker's UID may connect (the key still authenticates)
+            os.chown(address, self.isolation.uid, self.isolation.gid)
         out = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child, closed below
         try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "kernelflow.eval.worker"], stdin=subprocess.PIPE, stdout=out,
+            self.proc = _WorkerPopen(
+                [*self.isolation.prefix, sys.executable, "-m", "kernelflow.eval.worker"], stdin=subprocess.PIPE,
+                stdout=out,
                 stderr=subprocess.STDOUT, cwd=self.workdir, env=env, start_new_session=True,
                 preexec_fn=_limits(self.spec),
             )
         finally:
             out.close()
+        self.proc.plan = self.isolation
         setup = {"address": address, "authkey": authkey.hex(), "backend": self.spec.backend, "device": self.spec.device,
-                 "l2_flush_mb": self.spec.l2_flush_mb}
+                 "l2_flush_mb": self.spec.l2_flush_mb, "isolation": self.isolation.self_setup}
         self.proc.stdin.write((json.dumps(setup) + "\n").encode())
         self.proc.stdin.close()
 
@@ -166,7 +197,24 @@ class WorkerHandle:
             raise WorkerStartError(self._death(f"during warm-up ({type(exc).__name__})")) from None
         if not isinstance(msg, dict) or msg.get("event") != "warm":
             raise WorkerStartError(f"the worker sent {msg!r} instead of 'warm'")
+        self._confirm_confined(deadline)
         self.warm_info = msg
+
+    def _confirm_confined(self, deadline: float) -> None:
+        """The worker's word that it confined itself (isolation.py), sent before any submission exists."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not self.conn.poll(remaining):
+            raise TimeoutError("the worker did not report its confinement in time")
+        try:
+            msg = json.loads(self.conn.recv_bytes(1 << 16))
+        except (EOFError, OSError, ValueError) as exc:
+            raise WorkerStartError(self._death(f"while confining itself ({type(exc).__name__})")) from None
+        if not isinstance(msg, dict) or msg.get("event") != "confined":
+            raise WorkerStartError(f"the worker sent {msg!r} instead of 'confined'")
+        lacking = set(self.isolation.self_applied) - set(msg.get("applied") or ())
+        if msg.get("error") or lacking:
+            raise WorkerStartError(f"the worker could not confine itself ({msg.get('error') or sorted(lacking)}); "
+                                   f"planned isolation: {self.isolation.resolved.describe()}")
 
     def _warm_recording(self, deadline: float) -> None:
         try:

@@ -4,6 +4,7 @@ The message sequence of one session (judge -> worker messages are pickled dicts,
 trusts the judge; worker -> judge messages are JSON objects that the judge treats as hostile input):
 
     worker: warm                      imports done, CUDA initialised, launch counter installed
+    worker: confined(applied, error)  seccomp loaded too (isolation.py); a worker that could not is discarded
     judge:  gates(gate, done)         CUDA: the session's two inter-process events (session/gated_clock.py)
     judge:  probe                     only on a calibration worker, which never gets a submission
     worker: probed
@@ -60,6 +61,14 @@ class Warm:
 class Ready:
     startup_s: float
     import_s: float
+
+
+@dataclass(frozen=True)
+class Confined:
+    """The worker's OS confinement after its warm-up (isolation.py), before any submission exists."""
+
+    applied: list[str]
+    error: str | None
 
 
 @dataclass(frozen=True)
@@ -123,7 +132,8 @@ class Bye:
     released: bool
 
 
-EVENTS: dict[str, type] = {"warm": Warm, "probed": Probed, "ready": Ready, "import_failed": ImportFailed, "mapped": Mapped,
+EVENTS: dict[str, type] = {"warm": Warm, "confined": Confined, "probed": Probed,
+                           "ready": Ready, "import_failed": ImportFailed, "mapped": Mapped,
                            "called": Called, "call_failed": CallFailed, "bye": Bye}
 _KINDS = ("compile_error", "runtime_error")
 

@@ -90,6 +90,9 @@ class Verdict:
     compile_ms: float | None = None
     torch_compile_ms: float | None = None
     speedup_vs_compile: float | None = None
+    # The OS isolation level every worker of this evaluator ran under (kernelflow/eval/isolation.py);
+    # its mechanisms are in checks["isolation"].
+    isolation: str | None = None
 
     def __post_init__(self) -> None:
         if self.status not in Status._value2member_map_:

@@ -301,6 +301,13 @@ def main() -> None:
     t0 = time.perf_counter()
     setup = json.loads(sys.stdin.readline())
     sys.stdin.close()
+    from kernelflow.eval.isolation import confine_early, confine_late
+
+    confinement = setup.pop("isolation", None)  # isolation.py: no_new_privs + Landlock now, single-threaded
+    try:
+        applied, confine_error = confine_early(confinement), None
+    except Exception as exc:  # noqa: BLE001 - reported to the judge after the warm-up, which then discards us
+        applied, confine_error = [], f"{type(exc).__name__}: {exc}"
     authkey = bytes.fromhex(setup.pop("authkey"))
     if setup["backend"] == "cuda":
         import torch.multiprocessing  # noqa: F401  (registers CUDA IPC reductions for the judge's buffers)
@@ -309,8 +316,15 @@ def main() -> None:
     worker = Worker(setup, conn)
     try:
         worker.warm(t0)
+        if confine_error is None:  # seccomp on every thread, after the warm-up, before any submission
+            try:
+                applied += confine_late(confinement)
+            except Exception as exc:  # noqa: BLE001
+                confine_error = f"{type(exc).__name__}: {exc}"
+        worker.send(protocol.Confined(list(applied), confine_error))
         try:  # a pre-warmed worker may wait here long; a judge that goes away closes the socket
-            judging = worker.receive_submission()
+            # never judge unconfined: the judge discards a worker that could not confine itself
+            judging = confine_error is None and worker.receive_submission()
         except (EOFError, OSError):
             judging = False
         if judging:

@@ -3,9 +3,11 @@
 `create_kernel_app(config)` builds the ASGI app: OpenEnv's WebSocket session protocol on `/ws` (one
 `KernelEnvironment` per connection, at most `max_sessions` at once, idle ones closed after
 `session_timeout_s`), `/health`, `/schema`, `/metadata`, and `/kernelflow/info` (evaluator version,
-backend, device, the eval/reward configuration hash, the episode settings). It runs in OpenEnv's
-"production" mode, which drops the stateless HTTP `/reset` and `/step` routes: an episode lives in
-one WebSocket session. One `Evaluator` serves every session (its bounded worker pool and per-GPU
+backend, device, the eval/reward configuration hash, the workers' OS isolation level and mechanisms,
+the episode settings). It refuses to start when its workers' isolation is below `eval.min_isolation`
+(default: the backend's ceiling, kernelflow/eval/isolation.py), naming what the host lacks. It runs
+in OpenEnv's "production" mode, which drops the stateless HTTP `/reset` and `/step` routes: an
+episode lives in one WebSocket session. One `Evaluator` serves every session (its bounded worker pool and per-GPU
 timing lock are the server's), or with `eval_backend: "ray"` one `RayEvaluator` spreading the
 evaluations over a Ray cluster's actors; it is closed when the app shuts down.
 
@@ -39,6 +41,7 @@ from kernelflow.env.config import EnvServerConfig
 from kernelflow.env.models import INFO_PATH, TOKEN_ENV_VAR, KernelAction, KernelObservation, KernelState
 from kernelflow.env.server.auth import AccessMiddleware, is_loopback
 from kernelflow.env.server.environment import EvaluatorLike, KernelEnvironment, build_evaluator
+from kernelflow.eval.isolation import IsolationError, check_minimum
 
 log = logging.getLogger("kernelflow.env.server")
 
@@ -47,12 +50,26 @@ CONFIG_ENV_VAR = "KERNELFLOW_ENV_CONFIG"
 MIN_WS_MAX_SIZE = 16 * 1024 * 1024
 
 
+def require_isolation(evaluator: EvaluatorLike) -> None:
+    """Refuse to serve below `eval.min_isolation` (IsolationError names what is missing and what to do)."""
+    info = evaluator.info()
+    try:
+        check_minimum(info.get("isolation", "none"), info.get("min_isolation"), info["backend"],
+                      info.get("isolation_missing"))
+    except IsolationError:
+        evaluator.close()
+        raise
+
+
 def create_kernel_app(config: EnvServerConfig, evaluator: EvaluatorLike | None = None) -> FastAPI:
     """The server's ASGI app (see the module docstring). `evaluator`: inject one (tests); else built."""
     from kernelflow import __version__
 
     if evaluator is None:
         evaluator = build_evaluator(config)  # the local pool, or Ray actors when config.eval_backend is "ray"
+        require_isolation(evaluator)
+    elif "isolation" in evaluator.info():
+        require_isolation(evaluator)
 
     app = FastAPI(
         title="kernelflow environment",
@@ -239,7 +256,12 @@ def serve(args: argparse.Namespace) -> int:
         print(f"kernelflow serve: {exc}", file=sys.stderr)
         return 2
     port = sock.getsockname()[1]
-    app = create_kernel_app(config)
+    try:
+        app = create_kernel_app(config)
+    except IsolationError as exc:
+        sock.close()
+        print(f"kernelflow serve: {exc}", file=sys.stderr)
+        return 2
     info = app.state.kernelflow_evaluator.info()
     host_for_url = f"[{args.host}]" if ":" in args.host else args.host
     log.info(

@@ -1,0 +1,106 @@
+"""What worker OS isolation costs per verdict on the CPU: the honest ReLU, isolation "none" vs "auto".
+
+Two ways a verdict gets its worker, each measured warm (the evaluator has judged once already):
+- fresh: `prewarm_workers=0`, the verdict spawns its worker (so it pays `unshare`, `setpriv`, the
+  chown, Landlock and the seccomp filter inside its own wall time);
+- pooled: the verdict takes a worker that is already warm and confined, handed to the evaluator by a
+  one-worker stand-in for `WarmPool` that does not refill (a real pool spawns the replacement during
+  the verdict, which on a 2-core machine costs the verdict more than anything measured here).
+Interleaved none/auto, `--repeats` each, the median and the spread printed. Run on a quiet machine:
+
+    python benchmarks/isolation_cost.py --repeats 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+
+from kernelflow.eval import EvalConfig, Evaluator
+from kernelflow.eval.isolation import host_mechanisms
+from kernelflow.eval.prewarm import SpawnSpec, WorkerHandle
+
+HONEST_RELU = '''import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = torch.empty_like(x)
+        relu_kernel[(triton.cdiv(x.numel(), 4096),)](x, out, x.numel(), BLOCK=4096)
+        return out
+'''
+
+
+class OneWarmWorker:
+    """A pool of one warm worker, handed out once and never replaced (see the module docstring)."""
+
+    def __init__(self, spec: SpawnSpec):
+        self.spec = spec
+        self.handle = WorkerHandle(spec)
+        self.handle.ensure_warm(time.monotonic() + 120)
+
+    def acquire(self) -> WorkerHandle | None:
+        handle, self.handle = self.handle, None
+        if handle is not None:
+            handle.claim()
+        return handle
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--modes", default="fresh,pooled")
+    args = ap.parse_args()
+    import torch
+    import triton
+
+    print(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": platform.node(),
+                      "cpus": __import__("os").cpu_count(), "kernel": platform.release(),
+                      "python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__,
+                      "mechanisms": {k: v is None for k, v in host_mechanisms().items()}}))
+    for mode in args.modes.split(","):
+        evaluators = {iso: Evaluator(EvalConfig(backend="interpret", verdict_cache_size=0, isolation=iso))
+                      for iso in ("none", "auto")}
+        times: dict[str, list[float]] = {iso: [] for iso in evaluators}
+        for ev in evaluators.values():  # the first verdict of each is not counted (imports, caches)
+            assert ev.evaluate("19_ReLU", HONEST_RELU).status == "ok"
+        for i in range(args.repeats):
+            for iso, ev in evaluators.items():
+                if mode == "pooled":
+                    ev._pool = OneWarmWorker(SpawnSpec.of(ev.config, ev.backend, ev.device))
+                t0 = time.perf_counter()
+                v = ev.evaluate("19_ReLU", HONEST_RELU)
+                times[iso].append(time.perf_counter() - t0)
+                assert v.status == "ok", v.feedback
+                assert mode == "fresh" or ev._prewarmed_sessions == i + 1  # the warm worker was the one used
+            print(f"{mode} repeat {i + 1}/{args.repeats}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items()),
+                  flush=True)
+        med = {iso: statistics.median(t) for iso, t in times.items()}
+        print(json.dumps({"mode": mode, "level": evaluators["auto"].isolation.level,
+                          "median_s": {k: round(v, 3) for k, v in med.items()},
+                          "min_max_s": {k: [round(min(t), 3), round(max(t), 3)] for k, t in times.items()},
+                          "overhead_pct": round(100 * (med["auto"] / med["none"] - 1), 1)}), flush=True)
+        for ev in evaluators.values():
+            ev._pool = None
+            ev.close()
+
+
+if __name__ == "__main__":
+    main()
