@@ -79,12 +79,10 @@ def cut_at_eos(row: list[int], eos_ids: tuple[int, ...]) -> Completion:
     return Completion(tuple(row), truncated=True, ended_with=None)
 
 
-def generate(policy: Policy, prompts: list[list[int]], settings: SamplingSettings) -> GenerationResult:
-    """One completion per prompt, generated as one left-padded batch."""
+def generation_settings(policy: Policy, settings: SamplingSettings):
+    """(GenerationConfig, logits processors) that `generate` decodes with; the loss mirrors them (loss.py)."""
     from transformers import GenerationConfig, LogitsProcessorList
 
-    if not prompts:
-        return GenerationResult([], 0.0)
     kwargs = {
         "max_new_tokens": settings.max_new_tokens,
         "do_sample": settings.do_sample,
@@ -95,8 +93,15 @@ def generate(policy: Policy, prompts: list[list[int]], settings: SamplingSetting
     }
     if settings.do_sample:
         kwargs.update(temperature=settings.temperature, top_p=settings.top_p, top_k=0)
-    gen_config = GenerationConfig(**kwargs)
     processors = LogitsProcessorList([_VocabLimit(policy.vocab_limit)] if policy.vocab_limit else [])
+    return GenerationConfig(**kwargs), processors
+
+
+def generate(policy: Policy, prompts: list[list[int]], settings: SamplingSettings) -> GenerationResult:
+    """One completion per prompt, generated as one left-padded batch."""
+    if not prompts:
+        return GenerationResult([], 0.0)
+    gen_config, processors = generation_settings(policy, settings)
     input_ids, attention_mask = left_pad(prompts, policy.pad_id, policy.device)
     model = policy.model
     was_training = model.training

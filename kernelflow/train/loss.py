@@ -10,6 +10,14 @@ so neither the length of an answer nor the number of turns an episode reached re
 and k3 = exp(ref - logp) - (ref - logp) - 1 the usual non-negative KL estimate against the base model
 (adapter disabled), used only when beta > 0 (default 0).
 
+log pi is the log-probability under the distribution the rollouts were sampled from, not the raw
+softmax: `sampling_logits` applies generation.py's logits processors in the order transformers
+applies them (the vocabulary limit, then temperature, top-k, top-p), so at temperature 0.8 the
+gradient is taken for pi_0.8 = softmax(z / 0.8), as TRL does by dividing the logits by T. The KL
+reference goes through the same transform. A test compares both with `generate`'s processed scores.
+The token that was sampled is never cut by top-k/top-p here: on-policy it is inside the kept set,
+and a rounding difference at the nucleus edge would otherwise give log 0 and a NaN gradient.
+
 The trainer makes one update per group from freshly sampled episodes, so the PPO ratio is exactly 1
 and clipping never binds; the loss above has the same gradient and is what is computed.
 This module does not own the optimiser (update.py).
@@ -83,11 +91,51 @@ def collate(seqs: Sequence[TrainingSequence], pad_id: int, device) -> TokenBatch
     )
 
 
-def token_logprobs(model, batch: TokenBatch, vocab_limit: int | None = None) -> tuple[torch.Tensor, int]:
+def sampling_logits(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0
+) -> torch.Tensor:
+    """float32 logits (K, V) transformed as sampling transformed them: / T, then top-k, then top-p.
+
+    Mirrors transformers' TemperatureLogitsWarper, TopKLogitsWarper and TopPLogitsWarper (min 1 token
+    kept); `targets` (K,) are the sampled ids, always kept (see the module doc). The vocabulary limit
+    is applied by the caller (slicing the padded rows off, which is the same as -inf there).
+    """
+    z = logits.float()
+    if temperature != 1.0:
+        z = z / temperature
+    cut = None
+    if top_k and top_k < z.shape[-1]:
+        kth = torch.topk(z, top_k, dim=-1).values[..., -1:]
+        cut = z < kth
+        z = z.masked_fill(cut, float("-inf"))
+    if top_p < 1.0:
+        sorted_z, order = torch.sort(z, descending=False)
+        cumulative = sorted_z.softmax(dim=-1).cumsum(dim=-1)
+        drop_sorted = cumulative <= (1 - top_p)
+        drop_sorted[..., -1:] = False
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        cut = drop if cut is None else cut | drop
+    if cut is not None:
+        keep_target = torch.zeros_like(cut).scatter_(-1, targets.unsqueeze(-1), True)
+        unscaled = logits.float() / temperature if temperature != 1.0 else logits.float()
+        z = torch.where(cut & ~keep_target, torch.full_like(z, float("-inf")), unscaled)
+    return z
+
+
+def token_logprobs(
+    model,
+    batch: TokenBatch,
+    vocab_limit: int | None = None,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+) -> tuple[torch.Tensor, int]:
     """log pi(x_t | x_<t) for the targets from the first masked position on: ((B, K), offset into T-1).
 
-    Only the logits the loss needs are materialised (`logits_to_keep`), and the softmax runs per row
-    in float32, which bounds memory on long two-turn sequences.
+    pi is the sampling distribution: logits past `vocab_limit` dropped, then `sampling_logits`
+    (temperature, top-k, top-p) as generation.py sampled with. Only the logits the loss needs are
+    materialised (`logits_to_keep`), and the softmax runs per row in float32, which bounds memory on
+    long two-turn sequences (top_p < 1 also sorts each row's (K, V) logits: more memory and time).
     """
     nz = batch.loss_mask.nonzero()
     first = int(nz[:, 1].min()) if len(nz) else batch.loss_mask.shape[1] - 1
@@ -105,7 +153,8 @@ def token_logprobs(model, batch: TokenBatch, vocab_limit: int | None = None) -> 
     targets = batch.input_ids[:, first + 1 :]
     rows = []
     for row_logits, row_targets in zip(logits, targets, strict=True):
-        lp = torch.log_softmax(row_logits.float(), dim=-1)
+        z = sampling_logits(row_logits, row_targets, temperature, top_p, top_k)
+        lp = torch.log_softmax(z, dim=-1)
         rows.append(lp.gather(-1, row_targets.unsqueeze(-1)).squeeze(-1))
     return torch.stack(rows), first
 

@@ -98,6 +98,7 @@ def apply_update(
     denominator = float(len(sequences) * config.normalizer)
     loss_total = tokens = logp_sum = kl_sum = 0.0
     mb = config.micro_batch_size
+    dist = (config.temperature, config.top_p)  # the distribution the rollouts were sampled from (loss.py)
     begins = range(0, len(sequences), mb)
     for k, begin in enumerate(begins):
         batch = collate(sequences[begin : begin + mb], policy.pad_id, policy.device)
@@ -105,12 +106,12 @@ def apply_update(
             continue
         accumulate = model.no_sync() if synced and k < len(begins) - 1 else contextlib.nullcontext()
         with accumulate:
-            logp, first = token_logprobs(model, batch, policy.vocab_limit)
+            logp, first = token_logprobs(model, batch, policy.vocab_limit, *dist)
             mask, adv = batch.loss_mask[:, first:], batch.advantages[:, first:]
             ref = None
             if config.kl_weight > 0:
                 with torch.no_grad(), peft_model.disable_adapter():
-                    ref, _ = token_logprobs(peft_model, batch, policy.vocab_limit)
+                    ref, _ = token_logprobs(peft_model, batch, policy.vocab_limit, *dist)
             loss, stats = policy_gradient_loss(logp, mask, adv, denominator, ref, config.kl_weight)
             loss.backward()
         loss_total += float(loss.detach())
