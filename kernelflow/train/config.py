@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 SOURCES = ("hub", "local", "tiny", "sft")
 DTYPES = ("float32", "bfloat16", "float16")
 ESTIMATORS = ("dr_grpo", "trloo")
+CREDITS = ("episode", "turn")
 SCHEDULERS = ("constant", "linear", "cosine")
 ATTENTION = ("sdpa", "eager", "flash_attention_2")
 SHAPES = ("small", "full")
@@ -250,6 +251,10 @@ class TrainerConfig:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     lora: LoraSettings = field(default_factory=LoraSettings)
     estimator: str = "dr_grpo"
+    # Which return a turn's tokens are credited with under dr_grpo (advantages.py): `episode`, the pilot's
+    # (every token gets R_i - mean R); `turn`, Kevin's (turn t's tokens get G_t - mean over the group at t).
+    # trloo is per-turn by construction and is the same under both.
+    credit: str = "episode"
     epochs: int = 4
     group_size: int = 4
     temperature: float = 0.8
@@ -295,6 +300,8 @@ class TrainerConfig:
         p = []
         if self.estimator not in ESTIMATORS:
             p.append(f"estimator={self.estimator!r} (choose one of {ESTIMATORS})")
+        if self.credit not in CREDITS:
+            p.append(f"credit={self.credit!r} (choose one of {CREDITS}: episode is the pilot's, turn is Kevin's)")
         for name in ("epochs", "max_new_tokens", "max_turns", "micro_batch_size", "eval_attempts", "eval_batch_size"):
             if getattr(self, name) < 1:
                 p.append(f"{name}={getattr(self, name)} (must be >= 1)")

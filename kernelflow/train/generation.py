@@ -40,8 +40,17 @@ class Completion:
 
 @dataclass(frozen=True)
 class GenerationResult:
+    """What one batched call produced, counted two ways.
+
+    `tokens`: the ids the rows produced, each cut after its first eos (what is submitted and trained);
+    `decode_steps`: the batch's forward passes after the prompt, one new token for every row still
+    running (the longest row's length; rows that finished early idle as padding). Tokens/s is tokens
+    over `seconds`; steps/s is the decoder's speed whatever the batch size.
+    """
+
     completions: list[Completion]
     seconds: float
+    decode_steps: int = 0
 
     @property
     def tokens(self) -> int:
@@ -124,4 +133,5 @@ def generate(policy: Policy, prompts: list[list[int]], settings: SamplingSetting
             model.train()
     seconds = time.perf_counter() - start
     new = out[:, input_ids.shape[1] :].tolist()
-    return GenerationResult([cut_at_eos(row, policy.eos_ids) for row in new], seconds)
+    steps = len(new[0]) if new else 0
+    return GenerationResult([cut_at_eos(row, policy.eos_ids) for row in new], seconds, steps)

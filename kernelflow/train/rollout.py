@@ -94,9 +94,10 @@ class GroupRollout:
     task_id: str
     episodes: tuple[EpisodeRecord, ...]
     generation_seconds: float
-    generation_tokens: int
+    generation_tokens: int  # produced, each row cut at its first eos (generation.py)
     evaluation_seconds: float
     turn_timings: tuple[dict, ...] = ()
+    generation_decode_steps: int = 0  # the batches' forward passes after the prompt, summed over turns
 
 
 def _attr(obs: Any, name: str, default: Any = None) -> Any:
@@ -135,7 +136,7 @@ def run_episodes(
     n = len(task_ids)
     tok = policy.tokenizer
     gen_s = eval_s = 0.0
-    gen_tokens = 0
+    gen_tokens = gen_steps = 0
     timings: list[dict] = []
     last = min(max_turns, turn_limit or max_turns) - 1
     with ExitStack() as stack, ThreadPoolExecutor(max_workers=max(n, 1), thread_name_prefix="env") as pool:
@@ -160,6 +161,7 @@ def run_episodes(
             gen = generate(policy, [contexts[i] for i in running], sampling)
             gen_s += gen.seconds
             gen_tokens += gen.tokens
+            gen_steps += gen.decode_steps
             answers = [tok.decode(list(c.ids), skip_special_tokens=True) for c in gen.completions]
             t0 = time.perf_counter()
             active = [sessions[i] for i in running]
@@ -168,7 +170,7 @@ def run_episodes(
             eval_s += step_s
             timings.append(
                 {"turn": turn, "episodes": len(running), "generation_s": gen.seconds, "tokens": gen.tokens,
-                 "evaluation_s": step_s}
+                 "decode_steps": gen.decode_steps, "evaluation_s": step_s}
             )
             still = []
             for k, i in enumerate(running):
@@ -205,9 +207,11 @@ def run_episodes(
             label = task_ids[0] if len(set(task_ids)) == 1 else f"{len(set(task_ids))} tasks"
             statuses = dict(Counter(str(_attr(o, "status", "")) for o in observations))
             log.info(
-                "%s turn %d: %d answer(s), %d tokens in %.1f s (%.1f tok/s); judged in %.1f s: %s",
-                label, turn + 1, len(observations), gen.tokens, gen.seconds,
-                gen.tokens / gen.seconds if gen.seconds else 0.0, step_s, statuses,
+                "%s turn %d: %d answer(s), %d tokens in %d decode steps, %.1f s (%.1f tok/s, %.1f steps/s); "
+                "judged in %.1f s: %s",
+                label, turn + 1, len(observations), gen.tokens, gen.decode_steps, gen.seconds,
+                gen.tokens / gen.seconds if gen.seconds else 0.0,
+                gen.decode_steps / gen.seconds if gen.seconds else 0.0, step_s, statuses,
             )
             running = still
     episodes = []
@@ -235,6 +239,7 @@ def run_episodes(
         generation_tokens=gen_tokens,
         evaluation_seconds=eval_s + reset_s,
         turn_timings=tuple(timings),
+        generation_decode_steps=gen_steps,
     )
 
 

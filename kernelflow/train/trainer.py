@@ -168,17 +168,19 @@ class GRPOLoop:
             )
             group = self.dp.gather_group(local)
         episodes = group.episodes
-        adv = estimate(c.estimator, [ep.episode_return for ep in episodes], [ep.returns for ep in episodes])
+        adv = estimate(c.estimator, [ep.episode_return for ep in episodes], [ep.returns for ep in episodes], c.credit)
         sequences = training_sequences(episodes, adv)
         if self.dp is None:
             result = apply_update(self.policy, self.optimizer, self.scheduler, sequences, c)
         else:
             mine = [sequences[i] for i in share]
-            local_result = apply_update(self.policy, self.optimizer, self.scheduler, mine, c, model=self.train_model)
+            local_result = apply_update(self.policy, self.optimizer, self.scheduler, mine, c, model=self.train_model,
+                                        all_zero=not any(adv.flat()))
             result = self.dp.combine(local_result)
         self.updates += 1
         metrics = update_metrics(
-            epoch=epoch, update=self.updates, estimator=c.estimator, group=group, advantages=adv, result=result,
+            epoch=epoch, update=self.updates, estimator=c.estimator, credit=c.credit, group=group, advantages=adv,
+            result=result,
             samples=c.samples_per_update, sample_chars=c.sample_chars, wall_seconds=time.perf_counter() - start,
         )
         self.history.append(metrics)

@@ -13,6 +13,14 @@ sum over all G episodes / (G * normaliser): exactly the single-process one. Unde
 must run the same backward passes (the last one all-reduces), so an all-masked micro-batch is not
 skipped there, and the earlier micro-batches run under `no_sync` (one all-reduce per update).
 
+An update whose advantages are all zero (every episode of the group earned the same return, e.g. all
+`no_code`) has a zero policy gradient: with `kl_weight` 0 it runs no forward, no backward and no
+optimiser step (AdamW would still move the weights by its momentum and weight decay on a zero
+gradient), and returns `skipped=True`; the scheduler still steps, so the learning rate follows the
+update count whether or not a step was skipped (and a resumed run sees the same schedule). Under DDP
+the ranks hold different shares of the group, so the caller decides from the whole group
+(`all_zero`) and every rank skips together.
+
 The optimiser and scheduler are built here too, so checkpoint.py can restore them to the same state.
 """
 
@@ -21,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -40,6 +49,7 @@ class UpdateResult:
     mean_logp: float  # over trained tokens, before the step
     kl: float  # mean k3 over trained tokens (0 when kl_weight is 0)
     seconds: float
+    skipped: bool = False  # every advantage was 0 (and no KL): no forward, backward or optimiser step
 
 
 def build_optimizer(policy: Policy, config: TrainerConfig) -> torch.optim.Optimizer:
@@ -83,16 +93,28 @@ def apply_update(
     config: TrainerConfig,
     *,
     model=None,
+    all_zero: bool | None = None,
 ) -> UpdateResult:
     """Accumulate the group's gradient over micro-batches, clip, and step once.
 
     `model`: what forward and backward run through; None is the policy's own model, a
     DistributedDataParallel wrapper of it averages the gradients over the ranks (see the module doc).
+    `all_zero`: whether every advantage of the whole group is 0; None decides from `sequences`
+    (single process only: under DDP the caller must say, so that all ranks agree).
     """
     start = time.perf_counter()
     peft_model = policy.model
     model = peft_model if model is None else model
     synced = model is not peft_model
+    if all_zero is None:
+        all_zero = not synced and not any(a for s in sequences for a in s.advantages)
+    if all_zero and config.kl_weight == 0:
+        lr = float(optimizer.param_groups[0]["lr"])
+        with warnings.catch_warnings():  # "scheduler.step() before optimizer.step()": skipping it is the point
+            warnings.simplefilter("ignore", UserWarning)
+            scheduler.step()
+        return UpdateResult(loss=0.0, grad_norm=0.0, lr=lr, tokens=0, mean_logp=0.0, kl=0.0,
+                            seconds=time.perf_counter() - start, skipped=True)
     model.train()
     optimizer.zero_grad(set_to_none=True)
     denominator = float(len(sequences) * config.normalizer)

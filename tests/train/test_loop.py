@@ -154,3 +154,41 @@ def test_checkpoint_refuses_another_base_model(tiny_trainer_config, fake_env, tm
     other = make_loop(other_cfg, fake_env())
     with pytest.raises(ValueError, match="load the same base model"):
         other.load_checkpoint(tmp_path / "c")
+
+
+def test_turn_credit_reaches_the_update(tiny_trainer_config):
+    """trainer.credit=turn: the second turn's tokens are credited with r2's baseline, not the episode's."""
+    script = iter([(0.0, 3.0), (3.0, 0.0)])  # sessions are made in rollout order: rollout 0 repairs, 1 breaks
+
+    def factory():
+        rewards = iter(next(script))
+        return FakeSession(reward_fn=lambda code: next(rewards))
+
+    for credit, expected in (("episode", 0.9), ("turn", (0.9 + 0.9 + 1.5 + 1.5) / 4)):
+        script = iter([(0.0, 3.0), (3.0, 0.0)])
+        loop = make_loop(dataclasses.replace(tiny_trainer_config, credit=credit), factory)
+        m = loop.train_group(1, "19_ReLU")
+        # episode: R = (1.2, 3.0) -> -0.9, +0.9 on every turn; turn: G_1 -> -0.9, +0.9 and G_2 = (3, 0) -> +1.5, -1.5
+        assert m.credit == credit
+        assert m.advantage_abs_mean == pytest.approx(expected)
+
+
+def test_zero_advantage_update_is_skipped_and_says_so_in_its_metrics(tiny_trainer_config):
+    """Every rollout earns the same reward: the update's metrics say it was skipped; weights do not move."""
+    loop = make_loop(tiny_trainer_config, lambda: FakeSession(reward_fn=lambda code: 0.0))
+    before = lora_state(loop)
+    m = loop.train_group(1, "19_ReLU")
+    assert m.update_skipped and m.scalars()["update_skipped"] == 1.0 and m.trained_tokens == 0
+    assert "skipped" in m.summary()
+    assert all(torch.equal(p, before[n]) for n, p in loop.policy.trainable_parameters())
+    assert loop.updates == 1  # it still counts as an update (the schedule and the task order move on)
+
+
+def test_generation_metrics_count_tokens_produced_and_decode_steps(tiny_trainer_config):
+    m = make_loop(tiny_trainer_config, FakeSession).train_group(1, "19_ReLU")
+    turns = m.group_size_per_turn
+    # each turn's batch runs at most max_new_tokens steps, and produces at most one token per row per step
+    assert len(turns) <= m.generation_decode_steps <= len(turns) * tiny_trainer_config.max_new_tokens
+    assert m.generation_decode_steps <= m.generation_tokens <= sum(turns) * m.generation_decode_steps
+    assert m.generation_steps_per_s == pytest.approx(m.generation_decode_steps / m.generation_seconds)
+    assert not m.update_skipped

@@ -162,3 +162,28 @@ def test_kl_term_uses_the_base_model_as_reference(policy, tiny_trainer_config):
     assert first.kl == pytest.approx(0.0, abs=1e-6)  # LoRA B starts at 0: policy == reference
     second = apply_update(policy, opt, sched, _group(policy), cfg)
     assert second.kl > 0
+
+
+def test_an_update_with_all_advantages_zero_skips_forward_backward_and_step(policy, tiny_trainer_config, monkeypatch):
+    """Zero advantages (and no KL) give a zero gradient: nothing runs, nothing moves, and the result says so."""
+    import kernelflow.train.update as update_module
+
+    calls = []
+    monkeypatch.setattr(update_module, "token_logprobs", lambda *a, **k: calls.append(1) or (_ for _ in ()).throw(
+        AssertionError("forward ran")))
+    cfg = dataclasses.replace(tiny_trainer_config, lr_scheduler="linear", warmup_updates=0)
+    opt = build_optimizer(policy, cfg)
+    sched = build_scheduler(opt, cfg, total_updates=4)
+    before = {n: p.detach().clone() for n, p in policy.model.named_parameters()}
+    zero = [dataclasses.replace(s, advantages=tuple(0.0 for _ in s.advantages)) for s in _group(policy)]
+    res = apply_update(policy, opt, sched, zero, cfg)
+    assert res.skipped and calls == [] and res.tokens == 0 and res.grad_norm == 0.0
+    assert all(torch.equal(p, before[n]) for n, p in policy.model.named_parameters())
+    assert opt.state == {} or all(not s for s in opt.state.values())  # AdamW never stepped
+    assert opt.param_groups[0]["lr"] == pytest.approx(cfg.learning_rate * 3 / 4)  # the schedule still advanced
+    # with a KL term the gradient is not zero, so the update runs
+    monkeypatch.undo()
+    kl_cfg = dataclasses.replace(tiny_trainer_config, kl_weight=0.1)
+    assert not apply_update(policy, opt, sched, zero, kl_cfg).skipped
+    nonzero = apply_update(policy, opt, sched, _group(policy), cfg)
+    assert not nonzero.skipped and nonzero.tokens == 12
