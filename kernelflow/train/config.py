@@ -20,6 +20,7 @@ SOURCES = ("hub", "local", "tiny", "sft")
 DTYPES = ("float32", "bfloat16", "float16")
 ESTIMATORS = ("dr_grpo", "trloo")
 CREDITS = ("episode", "turn")
+GENERATION_BACKENDS = ("eager", "static_compiled")
 SCHEDULERS = ("constant", "linear", "cosine")
 ATTENTION = ("sdpa", "eager", "flash_attention_2")
 SHAPES = ("small", "full")
@@ -245,6 +246,37 @@ class DataParallelSettings:
 
 
 @dataclass(frozen=True)
+class GenerationSettings:
+    """How rollouts are decoded (generation.py, merge.py, static.py); what is sampled stays the same.
+
+    `merge_adapter`: generate with W + s B A folded into the weights (the base tensors are never
+    written; merge.py), 2-4x faster than the unmerged PEFT model on a GPU; the update always runs
+    unmerged. `backend`: `eager` is transformers' `generate` with its dynamic KV cache;
+    `static_compiled` decodes with a static KV cache through a `torch.compile`d step (CUDA graphs on
+    a GPU), the context padded on the left to a multiple of `length_bucket` and the batch to
+    `batch_bucket` rows so that few shapes are ever compiled (static.py). `compile` false runs the
+    static path uncompiled (CPU tests).
+    """
+
+    merge_adapter: bool = True
+    backend: str = "eager"
+    length_bucket: int = 512  # static_compiled: context lengths rounded up to a multiple of this
+    batch_bucket: int = 16  # static_compiled: batches padded up to a multiple of this many rows
+    compile: bool = True  # static_compiled: torch.compile the decode step (mode reduce-overhead on cuda)
+
+    def __post_init__(self) -> None:
+        p = []
+        if self.backend not in GENERATION_BACKENDS:
+            p.append(f"backend={self.backend!r} (choose one of {GENERATION_BACKENDS})")
+        if self.backend == "static_compiled" and not self.merge_adapter:
+            p.append("backend=static_compiled needs merge_adapter=true (the compiled step runs the merged weights)")
+        for name in ("length_bucket", "batch_bucket"):
+            if getattr(self, name) < 1:
+                p.append(f"{name}={getattr(self, name)} (must be >= 1)")
+        _fail("GenerationSettings", p)
+
+
+@dataclass(frozen=True)
 class TrainerConfig:
     """The training protocol. One update per task group: G episodes of one task, then one step."""
 
@@ -289,6 +321,7 @@ class TrainerConfig:
     sample_chars: int = 4000
     message_timeout_s: float = 900.0
     data_parallel: DataParallelSettings = field(default_factory=DataParallelSettings)
+    generation: GenerationSettings = field(default_factory=GenerationSettings)
 
     def __post_init__(self) -> None:
         if isinstance(self.policy, dict):
@@ -297,6 +330,8 @@ class TrainerConfig:
             object.__setattr__(self, "lora", LoraSettings(**self.lora))
         if isinstance(self.data_parallel, dict):
             object.__setattr__(self, "data_parallel", DataParallelSettings(**self.data_parallel))
+        if isinstance(self.generation, dict):
+            object.__setattr__(self, "generation", GenerationSettings(**self.generation))
         p = []
         if self.estimator not in ESTIMATORS:
             p.append(f"estimator={self.estimator!r} (choose one of {ESTIMATORS})")

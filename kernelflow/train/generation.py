@@ -6,11 +6,17 @@ The model runs in eval mode without gradients; sampling draws from torch's globa
 trainer seeds and checkpoints. A fresh `GenerationConfig` is built per call, so nothing the hub
 model ships as defaults (top_k, repetition penalty) changes what is sampled.
 
+How it decodes follows `policy.generation` (config.GenerationSettings): with `merge_adapter` the
+LoRA delta is folded into the weights for the call (merge.py; the update still runs unmerged), and
+backend `static_compiled` hands the batch to the static-cache engine (static.py). The eager backend is
+transformers' `generate` with its dynamic cache.
+
 This module does not talk to the environment (rollout.py) or build the episode layout (transcript.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 
@@ -88,6 +94,19 @@ def cut_at_eos(row: list[int], eos_ids: tuple[int, ...]) -> Completion:
     return Completion(tuple(row), truncated=True, ended_with=None)
 
 
+def adapter_context(policy: Policy):
+    """The adapter merged into the weights for generation (merge.py), or nothing when not asked for."""
+    if not policy.generation.merge_adapter:
+        return contextlib.nullcontext()
+    from kernelflow.train.merge import AdapterMerger
+
+    persistent = policy.generation.backend == "static_compiled"  # CUDA graphs need fixed weight addresses
+    merger = policy.runtime.get("merger")
+    if merger is None or merger.persistent != persistent:
+        merger = policy.runtime["merger"] = AdapterMerger(policy.model, persistent=persistent)
+    return merger()
+
+
 def generation_settings(policy: Policy, settings: SamplingSettings):
     """(GenerationConfig, logits processors) that `generate` decodes with; the loss mirrors them (loss.py)."""
     from transformers import GenerationConfig, LogitsProcessorList
@@ -111,7 +130,7 @@ def generate(policy: Policy, prompts: list[list[int]], settings: SamplingSetting
     if not prompts:
         return GenerationResult([], 0.0)
     gen_config, processors = generation_settings(policy, settings)
-    input_ids, attention_mask = left_pad(prompts, policy.pad_id, policy.device)
+    opts = policy.generation
     model = policy.model
     was_training = model.training
     model.eval()
@@ -119,19 +138,25 @@ def generate(policy: Policy, prompts: list[list[int]], settings: SamplingSetting
         torch.cuda.synchronize(policy.device)
     start = time.perf_counter()
     try:
-        with torch.no_grad():
-            out = model.generate(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                generation_config=gen_config,
-                logits_processor=processors,
-            )
+        with adapter_context(policy), torch.no_grad():
+            if opts.backend == "static_compiled":
+                from kernelflow.train.static import static_engine
+
+                new = static_engine(policy).generate(prompts, settings, processors)
+            else:
+                input_ids, attention_mask = left_pad(prompts, policy.pad_id, policy.device)
+                out = model.generate(
+                    input_ids=input_ids,
+                    attention_mask=attention_mask,
+                    generation_config=gen_config,
+                    logits_processor=processors,
+                )
+                new = out[:, input_ids.shape[1] :].tolist()
         if policy.device.type == "cuda":
             torch.cuda.synchronize(policy.device)
     finally:
         if was_training:
             model.train()
     seconds = time.perf_counter() - start
-    new = out[:, input_ids.shape[1] :].tolist()
     steps = len(new[0]) if new else 0
     return GenerationResult([cut_at_eos(row, policy.eos_ids) for row in new], seconds, steps)

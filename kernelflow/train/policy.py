@@ -23,12 +23,12 @@ This module does not generate (generation.py) or train (update.py).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from kernelflow.train.config import LoraSettings, PolicyConfig
+from kernelflow.train.config import GenerationSettings, LoraSettings, PolicyConfig
 from kernelflow.train.sft import build_sft_model
 from kernelflow.train.tiny import build_tiny_model
 
@@ -52,6 +52,8 @@ class Policy:
     turn_end_id: int  # the token the chat template closes a turn with (<|im_end|>)
     pad_id: int
     vocab_limit: int | None  # logits at ids >= this are excluded (padded embedding rows)
+    generation: GenerationSettings = field(default_factory=GenerationSettings)  # the loop sets the run's
+    runtime: dict = field(default_factory=dict, repr=False)  # generation's reusable state (merge buffers, engines)
 
     def trainable_parameters(self) -> list[tuple[str, torch.nn.Parameter]]:
         return [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]

@@ -119,6 +119,7 @@ class GRPOLoop:
             session_factory = env_session_factory(env_url, token, config.message_timeout_s)
         self.config = config
         self.policy = policy
+        policy.generation = config.generation  # how rollouts and evaluations decode (generation.py)
         self.sessions = session_factory
         self.total_updates = total_updates
         self.updates = 0
