@@ -261,8 +261,13 @@ class GenerationSettings:
     merge_adapter: bool = True
     backend: str = "eager"
     length_bucket: int = 512  # static_compiled: context lengths rounded up to a multiple of this
-    batch_bucket: int = 16  # static_compiled: batches padded up to a multiple of this many rows
+    # static_compiled: batches padded up to a multiple of this many rows; 4 is the pilot's group (turn 2's
+    # smaller batches pad to it); batching several groups per call (16 rows) is where the speed is
+    batch_bucket: int = 4
     compile: bool = True  # static_compiled: torch.compile the decode step (mode reduce-overhead on cuda)
+    # static_compiled: size the KV cache for contexts up to this many tokens (+ max_new_tokens) from the first
+    # call, so a run compiles once; None: the cache grows to the longest context seen (one compile per growth)
+    max_context: int | None = None
 
     def __post_init__(self) -> None:
         p = []
@@ -270,6 +275,8 @@ class GenerationSettings:
             p.append(f"backend={self.backend!r} (choose one of {GENERATION_BACKENDS})")
         if self.backend == "static_compiled" and not self.merge_adapter:
             p.append("backend=static_compiled needs merge_adapter=true (the compiled step runs the merged weights)")
+        if self.max_context is not None and self.max_context < 1:
+            p.append(f"max_context={self.max_context} (must be >= 1, or null to grow with the contexts seen)")
         for name in ("length_bucket", "batch_bucket"):
             if getattr(self, name) < 1:
                 p.append(f"{name}={getattr(self, name)} (must be >= 1)")
