@@ -23,6 +23,7 @@ too slow for a unit test). This module does not merge the adapter (merge.py; the
 from __future__ import annotations
 
 import logging
+import warnings
 
 import torch
 
@@ -95,9 +96,13 @@ class StaticEngine:
         procs = LogitsProcessorList(list(processors))
         if self.rows > n:
             procs.append(_FinishRows(n, self.policy.eos_ids[0]))
-        out = self.policy.model.generate(
-            input_ids=ids, attention_mask=mask, generation_config=gen_config, logits_processor=procs, cache=self.cache,
-        )
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*past_key_values.*", category=FutureWarning)
+            out = self.policy.model.generate(
+                input_ids=ids, attention_mask=mask, generation_config=gen_config, logits_processor=procs,
+                # `past_key_values`: the name up to transformers ~5.2x, a deprecated alias of `cache` after (until 6.0)
+                past_key_values=self.cache,
+            )
         return out[:n, width:].tolist()
 
 
