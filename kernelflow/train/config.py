@@ -265,8 +265,8 @@ class GenerationSettings:
     # smaller batches pad to it); batching several groups per call (16 rows) is where the speed is
     batch_bucket: int = 4
     compile: bool = True  # static_compiled: torch.compile the decode step (mode reduce-overhead on cuda)
-    # static_compiled: size the KV cache for contexts up to this many tokens (+ max_new_tokens) from the first
-    # call, so a run compiles once; None: the cache grows to the longest context seen (one compile per growth)
+    # static_compiled: KV cache positions (context + new tokens) allocated from the first call, so a run
+    # compiles once; None: the cache grows to the longest context seen (one compile per growth)
     max_context: int | None = None
 
     def __post_init__(self) -> None:

@@ -103,8 +103,7 @@ def load_tokenizer(location: str, revision: str | None = None):
 
 def load_policy(config: PolicyConfig, lora: LoraSettings, seed: int = 42) -> Policy:
     """Load the base model and tokenizer, wrap the model in a fresh LoRA adapter drawn from `seed`."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, GenerationConfig
+    from transformers import AutoModelForCausalLM
 
     location, revision = model_location(config)
     device = resolve_device(config.device)
@@ -121,6 +120,19 @@ def load_policy(config: PolicyConfig, lora: LoraSettings, seed: int = 42) -> Pol
     base = AutoModelForCausalLM.from_pretrained(location, **kwargs)
     if device.type != "cuda":
         base.to(device)
+    return policy_from_model(base, tokenizer, config, lora, seed, device, location, revision)
+
+
+def policy_from_model(
+    base, tokenizer, config: PolicyConfig, lora: LoraSettings, seed: int, device: torch.device,
+    location: str, revision: str | None = None,
+) -> Policy:
+    """A loaded base model (on `device`) and its tokenizer made into a Policy: checkpointing, generation
+    config, a fresh LoRA adapter drawn from `seed`. `load_policy` ends here; benchmarks that build a
+    large random model directly on the GPU (benchmarks/train_step.py) enter here too."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import GenerationConfig
+
     if config.gradient_checkpointing:
         # transformers 5 renamed it; the old name still works but warns
         enable = getattr(base, "activation_checkpointing_enable", None)
