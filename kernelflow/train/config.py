@@ -21,6 +21,7 @@ DTYPES = ("float32", "bfloat16", "float16")
 ESTIMATORS = ("dr_grpo", "trloo")
 CREDITS = ("episode", "turn")
 GENERATION_BACKENDS = ("eager", "static_compiled")
+IMPORTANCE_SAMPLING = ("off", "token_truncate")
 SCHEDULERS = ("constant", "linear", "cosine")
 ATTENTION = ("sdpa", "eager", "flash_attention_2")
 SHAPES = ("small", "full")
@@ -313,6 +314,11 @@ class TrainerConfig:
     # choice: 1.0. Kevin's 0.05 was for full fine-tuning of a 32B; the norm is logged every update.
     max_grad_norm: float = 1.0
     kl_weight: float = 0.0
+    # The correction for sampling from other numerics than the update's forward (merged bf16 weights, a
+    # static-cache kernel; loss.py): `token_truncate` weights each token by min(pi_train / pi_sample, cap),
+    # TRL's token_truncate mode with its default cap 3. off: the pilot's plain on-policy loss.
+    importance_sampling: str = "off"
+    importance_sampling_cap: float = 3.0
     loss_normalizer: int | None = None  # None: max_turns * max_new_tokens (the constant Dr. GRPO divides by)
     micro_batch_size: int = 1  # sequences per forward/backward in the update (gradients accumulate)
     seed: int = 42
@@ -342,6 +348,10 @@ class TrainerConfig:
         p = []
         if self.estimator not in ESTIMATORS:
             p.append(f"estimator={self.estimator!r} (choose one of {ESTIMATORS})")
+        if self.importance_sampling not in IMPORTANCE_SAMPLING:
+            p.append(f"importance_sampling={self.importance_sampling!r} (choose one of {IMPORTANCE_SAMPLING})")
+        if not self.importance_sampling_cap >= 1.0:
+            p.append(f"importance_sampling_cap={self.importance_sampling_cap} (must be >= 1: a ratio of 1 is on-policy)")
         if self.credit not in CREDITS:
             p.append(f"credit={self.credit!r} (choose one of {CREDITS}: episode is the pilot's, turn is Kevin's)")
         for name in ("epochs", "max_new_tokens", "max_turns", "micro_batch_size", "eval_attempts", "eval_batch_size"):

@@ -215,6 +215,10 @@ class DataParallel:
             kl=sum(p.kl * p.tokens for p in parts) / tokens if tokens else 0.0,
             seconds=max(p.seconds for p in parts),
             skipped=local.skipped,  # decided from the whole group, the same on every rank
+            is_ratio_mean=sum(p.is_ratio_mean * p.tokens for p in parts) / tokens if tokens else 1.0,
+            is_ratio_max=max(p.is_ratio_max for p in parts),
+            is_truncated_fraction=sum(p.is_truncated_fraction * p.tokens for p in parts) / tokens if tokens else 0.0,
+            logp_diff_max=max(p.logp_diff_max for p in parts),
         )
 
     def seed_rollouts(self, seed: int, update: int) -> None:

@@ -42,6 +42,9 @@ class Completion:
     ids: tuple[int, ...]
     truncated: bool
     ended_with: int | None  # the eos id that closed it, None when truncated
+    # log-probability of each id under the distribution that sampled it (sampled decoding only): what
+    # the sampler computed, kept for the importance-sampling correction (loss.py)
+    logprobs: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -86,12 +89,43 @@ def left_pad(rows: list[list[int]] | list[tuple[int, ...]], pad_id: int, device)
     return ids.to(device), mask.to(device)
 
 
-def cut_at_eos(row: list[int], eos_ids: tuple[int, ...]) -> Completion:
+def cut_at_eos(row: list[int], eos_ids: tuple[int, ...], logprobs: list[float] | None = None) -> Completion:
     eos = set(eos_ids)
     for i, tok in enumerate(row):
         if tok in eos:
-            return Completion(tuple(row[: i + 1]), truncated=False, ended_with=tok)
-    return Completion(tuple(row), truncated=True, ended_with=None)
+            lp = tuple(logprobs[: i + 1]) if logprobs is not None else None
+            return Completion(tuple(row[: i + 1]), truncated=False, ended_with=tok, logprobs=lp)
+    return Completion(tuple(row), truncated=True, ended_with=None,
+                      logprobs=tuple(logprobs) if logprobs is not None else None)
+
+
+class SampledLogprobs:
+    """Logits processor, last in the list: records log pi_sample(x_t) of every sampled token.
+
+    At step t it sees the final scores (after the vocabulary limit, temperature and top-p) but not yet
+    the token drawn from them; that token is the last column of `input_ids` at step t + 1, and the
+    last step's token is read from the output (`finish`). One (B, V) float32 tensor is kept between
+    steps.
+    """
+
+    def __init__(self) -> None:
+        self.previous: torch.Tensor | None = None
+        self.values: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.previous is not None:
+            self.values.append(self.previous.gather(-1, input_ids[:, -1:]).squeeze(-1))
+        self.previous = torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+    def finish(self, new_ids: torch.Tensor) -> list[list[float]]:
+        """(B, S) new ids -> per row, the S log-probabilities."""
+        if self.previous is not None and len(self.values) < new_ids.shape[1]:
+            self.values.append(self.previous.gather(-1, new_ids[:, -1:]).squeeze(-1))
+        self.previous = None
+        if not self.values:
+            return [[] for _ in range(new_ids.shape[0])]
+        return torch.stack(self.values, dim=1).tolist()
 
 
 def adapter_context(policy: Policy):
@@ -108,8 +142,13 @@ def adapter_context(policy: Policy):
 
 
 def generation_settings(policy: Policy, settings: SamplingSettings):
-    """(GenerationConfig, logits processors) that `generate` decodes with; the loss mirrors them (loss.py)."""
-    from transformers import GenerationConfig, LogitsProcessorList
+    """(GenerationConfig, logits processors) that `generate` decodes with; the loss mirrors them (loss.py).
+
+    Sampling's temperature and top-p are given as processors here, not through the config (which is
+    left at T 1, top_p 1, top_k 0, so transformers adds none of its own): the same warpers in the same
+    order (vocabulary limit, temperature, top-p), with room for `SampledLogprobs` after them.
+    """
+    from transformers import GenerationConfig, LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
 
     kwargs = {
         "max_new_tokens": settings.max_new_tokens,
@@ -119,9 +158,13 @@ def generation_settings(policy: Policy, settings: SamplingSettings):
         "bos_token_id": None,
         "use_cache": True,
     }
-    if settings.do_sample:
-        kwargs.update(temperature=settings.temperature, top_p=settings.top_p, top_k=0)
     processors = LogitsProcessorList([_VocabLimit(policy.vocab_limit)] if policy.vocab_limit else [])
+    if settings.do_sample:
+        kwargs.update(temperature=1.0, top_p=1.0, top_k=0)
+        if settings.temperature != 1.0:
+            processors.append(TemperatureLogitsWarper(settings.temperature))
+        if settings.top_p < 1.0:
+            processors.append(TopPLogitsWarper(settings.top_p))
     return GenerationConfig(**kwargs), processors
 
 
@@ -130,6 +173,9 @@ def generate(policy: Policy, prompts: list[list[int]], settings: SamplingSetting
     if not prompts:
         return GenerationResult([], 0.0)
     gen_config, processors = generation_settings(policy, settings)
+    recorder = SampledLogprobs() if settings.do_sample else None
+    if recorder is not None:
+        processors.append(recorder)
     opts = policy.generation
     model = policy.model
     was_training = model.training
@@ -142,7 +188,7 @@ def generate(policy: Policy, prompts: list[list[int]], settings: SamplingSetting
             if opts.backend == "static_compiled":
                 from kernelflow.train.static import static_engine
 
-                new = static_engine(policy).generate(prompts, settings, processors)
+                new_ids = static_engine(policy).generate(prompts, settings, processors)
             else:
                 input_ids, attention_mask = left_pad(prompts, policy.pad_id, policy.device)
                 out = model.generate(
@@ -151,7 +197,9 @@ def generate(policy: Policy, prompts: list[list[int]], settings: SamplingSetting
                     generation_config=gen_config,
                     logits_processor=processors,
                 )
-                new = out[:, input_ids.shape[1] :].tolist()
+                new_ids = out[:, input_ids.shape[1] :]
+            logprobs = recorder.finish(new_ids)[: len(prompts)] if recorder is not None else None
+            new = new_ids[: len(prompts)].tolist()
         if policy.device.type == "cuda":
             torch.cuda.synchronize(policy.device)
     finally:
@@ -159,4 +207,5 @@ def generate(policy: Policy, prompts: list[list[int]], settings: SamplingSetting
             model.train()
     seconds = time.perf_counter() - start
     steps = len(new[0]) if new else 0
-    return GenerationResult([cut_at_eos(row, policy.eos_ids) for row in new], seconds, steps)
+    rows = [cut_at_eos(row, policy.eos_ids, logprobs[i] if logprobs else None) for i, row in enumerate(new)]
+    return GenerationResult(rows, seconds, steps)

@@ -20,6 +20,15 @@ and a rounding difference at the nucleus edge would otherwise give log 0 and a N
 
 The trainer makes one update per group from freshly sampled episodes, so the PPO ratio is exactly 1
 and clipping never binds; the loss above has the same gradient and is what is computed.
+
+Truncated importance sampling (`importance_sampling="token_truncate"`, off by default). The sampler's
+numerics need not be the update's: merged bf16 weights and a static-cache kernel give slightly other
+log-probabilities than the unmerged training forward. Generation records log pi_sample of every
+sampled token (generation.py), and each token's term is then weighted by
+w = min(exp(log pi_train - log pi_sample), cap) with pi_train detached (TRL's `token_truncate` with
+C_max 3; Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL training"):
+-A * w * log pi_train. The stats report the ratio's mean and max, the share truncated and the largest
+|log pi_train - log pi_sample| (how far the two numerics are apart).
 This module does not own the optimiser (update.py).
 """
 
@@ -41,6 +50,7 @@ class TrainingSequence:
     ids: tuple[int, ...]
     mask: tuple[int, ...]
     advantages: tuple[float, ...]
+    sampling_logprobs: tuple[float, ...] | None = None  # the sampler's log-prob per id (0 where masked)
 
 
 def training_sequences(episodes: Sequence[EpisodeRecord], advantages: Advantages) -> list[TrainingSequence]:
@@ -53,8 +63,20 @@ def training_sequences(episodes: Sequence[EpisodeRecord], advantages: Advantages
         if len(adv) != len(ep.turns):
             raise ValueError(f"episode {ep.rollout}: {len(ep.turns)} turns but {len(adv)} advantages")
         per_token = tuple(adv[t] if t >= 0 else 0.0 for t in lay.turn)
-        out.append(TrainingSequence(lay.ids, lay.mask, per_token))
+        out.append(TrainingSequence(lay.ids, lay.mask, per_token, _sampling_logprobs(ep, len(lay.ids))))
     return out
+
+
+def _sampling_logprobs(ep: EpisodeRecord, length: int) -> tuple[float, ...] | None:
+    """The sampler's log-probs laid out like `token_layout` (prompt and feedback 0); None if any turn lacks them."""
+    if any(t.completion_logprobs is None for t in ep.turns):
+        return None
+    out = [0.0] * len(ep.prompt_ids)
+    for t in ep.turns:
+        out += list(t.completion_logprobs) + [0.0] * len(t.feedback_ids)
+    if len(out) != length:
+        raise ValueError(f"episode {ep.rollout}: {len(out)} sampling log-probs for {length} ids")
+    return tuple(out)
 
 
 @dataclass
@@ -66,6 +88,7 @@ class TokenBatch:
     position_ids: torch.Tensor  # (B, T): 0 at each row's first real token, as generate() numbers them
     loss_mask: torch.Tensor  # (B, T-1) float
     advantages: torch.Tensor  # (B, T-1) float
+    sampling_logp: torch.Tensor | None = None  # (B, T-1) float, when every sequence carries them
 
 
 def collate(seqs: Sequence[TrainingSequence], pad_id: int, device) -> TokenBatch:
@@ -75,12 +98,16 @@ def collate(seqs: Sequence[TrainingSequence], pad_id: int, device) -> TokenBatch
     att = torch.zeros((b, width), dtype=torch.long)
     mask = torch.zeros((b, width), dtype=torch.float32)
     adv = torch.zeros((b, width), dtype=torch.float32)
+    have_sampling = all(s.sampling_logprobs is not None for s in seqs)
+    samp = torch.zeros((b, width), dtype=torch.float32) if have_sampling else None
     for i, s in enumerate(seqs):
         n = len(s.ids)
         ids[i, width - n :] = torch.as_tensor(s.ids, dtype=torch.long)
         att[i, width - n :] = 1
         mask[i, width - n :] = torch.as_tensor(s.mask, dtype=torch.float32)
         adv[i, width - n :] = torch.as_tensor(s.advantages, dtype=torch.float32)
+        if samp is not None:
+            samp[i, width - n :] = torch.as_tensor(s.sampling_logprobs, dtype=torch.float32)
     pos = (att.cumsum(-1) - 1).clamp(min=0)
     return TokenBatch(
         input_ids=ids.to(device),
@@ -88,6 +115,7 @@ def collate(seqs: Sequence[TrainingSequence], pad_id: int, device) -> TokenBatch
         position_ids=pos.to(device),
         loss_mask=mask[:, 1:].to(device),
         advantages=adv[:, 1:].to(device),
+        sampling_logp=samp[:, 1:].to(device) if samp is not None else None,
     )
 
 
@@ -166,9 +194,31 @@ def policy_gradient_loss(
     denominator: float,
     ref_logp: torch.Tensor | None = None,
     kl_weight: float = 0.0,
+    sampling_logp: torch.Tensor | None = None,
+    is_cap: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Masked token-sum of -A * logp (+ beta * k3), divided by the constant `denominator`."""
-    per_token = -advantages * logp
+    """Masked token-sum of -A * w * logp (+ beta * k3), divided by the constant `denominator`.
+
+    w = min(exp(logp.detach() - sampling_logp), is_cap) when `is_cap` is given (truncated importance
+    sampling, module doc), else 1.
+    """
+    is_stats: dict[str, float] = {}
+    if is_cap is not None:
+        if sampling_logp is None:
+            raise ValueError("importance sampling needs the sampler's log-probabilities (generation records them)")
+        diff = logp.detach() - sampling_logp
+        ratio = torch.exp(diff)
+        weight = ratio.clamp(max=is_cap)
+        on = mask > 0
+        is_stats = {
+            "is_ratio_sum": float(ratio[on].sum()),
+            "is_ratio_max": float(ratio[on].max()) if on.any() else 1.0,
+            "is_truncated": float((ratio[on] > is_cap).sum()),
+            "logp_diff_max": float(diff[on].abs().max()) if on.any() else 0.0,
+        }
+        per_token = -advantages * weight * logp
+    else:
+        per_token = -advantages * logp
     kl_sum = 0.0
     if kl_weight > 0:
         if ref_logp is None:
@@ -182,5 +232,6 @@ def policy_gradient_loss(
         "tokens": float(mask.sum()),
         "logp_sum": float((logp.detach() * mask).sum()),
         "kl_sum": kl_sum,
+        **is_stats,
     }
     return loss, stats

@@ -71,6 +71,10 @@ class UpdateMetrics:
     generation_decode_steps: int
     generation_steps_per_s: float  # decode steps (batch forward passes) per second of generation
     update_skipped: bool  # all advantages 0: no forward, backward or optimiser step
+    is_ratio_mean: float  # truncated importance sampling (loss.py): pi_train / pi_sample over trained tokens
+    is_ratio_max: float
+    is_truncated_fraction: float
+    logp_diff_max: float  # largest |log pi_train - log pi_sample| (0 when importance sampling is off)
     evaluation_seconds: float
     optimisation_seconds: float
     update_seconds: float  # wall time of the whole group: rollouts, advantages, step, bookkeeping
@@ -84,6 +88,7 @@ class UpdateMetrics:
             "advantage_abs_mean", "completion_tokens_mean", "completion_tokens_max", "truncation_rate",
             "trained_tokens", "mean_logp", "kl", "generation_tokens", "generation_seconds",
             "generation_tokens_per_s", "generation_decode_steps", "generation_steps_per_s", "update_skipped",
+            "is_ratio_mean", "is_ratio_max", "is_truncated_fraction", "logp_diff_max",
             "evaluation_seconds", "optimisation_seconds", "update_seconds",
         ):
             out[key] = float(getattr(self, key))
@@ -203,6 +208,10 @@ def update_metrics(
             group.generation_decode_steps / group.generation_seconds if group.generation_seconds else 0.0
         ),
         update_skipped=result.skipped,
+        is_ratio_mean=result.is_ratio_mean,
+        is_ratio_max=result.is_ratio_max,
+        is_truncated_fraction=result.is_truncated_fraction,
+        logp_diff_max=result.logp_diff_max,
         evaluation_seconds=group.evaluation_seconds,
         optimisation_seconds=result.seconds,
         update_seconds=update_s,

@@ -68,6 +68,7 @@ class TurnRecord:
     runtime_ms: float | None
     roofline_fraction: float | None
     verdict: dict = field(default_factory=dict)
+    completion_logprobs: tuple[float, ...] | None = None  # the sampler's log-probs of completion_ids
 
 
 @dataclass(frozen=True)
@@ -197,6 +198,7 @@ def run_episodes(
                         runtime_ms=_attr(obs, "runtime_ms"),
                         roofline_fraction=_attr(obs, "roofline_fraction"),
                         verdict=dict(_attr(obs, "verdict", None) or {}),
+                        completion_logprobs=comp.logprobs,
                     )
                 )
                 if ends_here:

@@ -75,8 +75,8 @@ class StaticEngine:
         log.info("static generation cache %d: %d rows x %d positions (a new shape compiles once)",
                  self.allocations, self.rows, self.cache_len)
 
-    def generate(self, prompts: list[list[int]], settings: SamplingSettings, processors) -> list[list[int]]:
-        """New ids per prompt (not yet cut at eos), decoded with the static cache."""
+    def generate(self, prompts: list[list[int]], settings: SamplingSettings, processors) -> torch.Tensor:
+        """(rows, steps) new ids, not yet cut at eos; the first len(prompts) rows are the prompts'."""
         from transformers import CompileConfig, LogitsProcessorList
 
         opts = self.policy.generation
@@ -103,7 +103,7 @@ class StaticEngine:
                 # `past_key_values`: the name up to transformers ~5.2x, a deprecated alias of `cache` after (until 6.0)
                 past_key_values=self.cache,
             )
-        return out[:n, width:].tolist()
+        return out[:, width:]
 
 
 def static_engine(policy: Policy) -> StaticEngine:

@@ -50,6 +50,11 @@ class UpdateResult:
     kl: float  # mean k3 over trained tokens (0 when kl_weight is 0)
     seconds: float
     skipped: bool = False  # every advantage was 0 (and no KL): no forward, backward or optimiser step
+    # truncated importance sampling (loss.py), over trained tokens; 1 / 0 when it is off
+    is_ratio_mean: float = 1.0
+    is_ratio_max: float = 1.0
+    is_truncated_fraction: float = 0.0
+    logp_diff_max: float = 0.0  # largest |log pi_train - log pi_sample|
 
 
 def build_optimizer(policy: Policy, config: TrainerConfig) -> torch.optim.Optimizer:
@@ -119,6 +124,10 @@ def apply_update(
     optimizer.zero_grad(set_to_none=True)
     denominator = float(len(sequences) * config.normalizer)
     loss_total = tokens = logp_sum = kl_sum = 0.0
+    is_cap = config.importance_sampling_cap if config.importance_sampling == "token_truncate" else None
+    is_sum = is_trunc = 0.0
+    is_max: float | None = None
+    diff_max = 0.0
     mb = config.micro_batch_size
     dist = (config.temperature, config.top_p)  # the distribution the rollouts were sampled from (loss.py)
     begins = range(0, len(sequences), mb)
@@ -134,12 +143,18 @@ def apply_update(
             if config.kl_weight > 0:
                 with torch.no_grad(), peft_model.disable_adapter():
                     ref, _ = token_logprobs(peft_model, batch, policy.vocab_limit, *dist)
-            loss, stats = policy_gradient_loss(logp, mask, adv, denominator, ref, config.kl_weight)
+            samp = batch.sampling_logp[:, first:] if batch.sampling_logp is not None else None
+            loss, stats = policy_gradient_loss(logp, mask, adv, denominator, ref, config.kl_weight, samp, is_cap)
             loss.backward()
         loss_total += float(loss.detach())
         tokens += stats["tokens"]
         logp_sum += stats["logp_sum"]
         kl_sum += stats["kl_sum"]
+        if is_cap is not None:
+            is_sum += stats["is_ratio_sum"]
+            is_trunc += stats["is_truncated"]
+            is_max = stats["is_ratio_max"] if is_max is None else max(is_max, stats["is_ratio_max"])
+            diff_max = max(diff_max, stats["logp_diff_max"])
     params = [p for _, p in policy.trainable_parameters()]
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
     lr = float(optimizer.param_groups[0]["lr"])
@@ -156,4 +171,8 @@ def apply_update(
         mean_logp=logp_sum / tokens if tokens else 0.0,
         kl=kl_sum / tokens if tokens else 0.0,
         seconds=time.perf_counter() - start,
+        is_ratio_mean=is_sum / tokens if is_cap is not None and tokens else 1.0,
+        is_ratio_max=is_max if is_max is not None else 1.0,
+        is_truncated_fraction=is_trunc / tokens if tokens else 0.0,
+        logp_diff_max=diff_max,
     )

@@ -192,3 +192,14 @@ def test_generation_metrics_count_tokens_produced_and_decode_steps(tiny_trainer_
     assert m.generation_decode_steps <= m.generation_tokens <= sum(turns) * m.generation_decode_steps
     assert m.generation_steps_per_s == pytest.approx(m.generation_decode_steps / m.generation_seconds)
     assert not m.update_skipped
+
+
+def test_sampling_logprobs_travel_from_generation_to_the_importance_weights(tiny_trainer_config):
+    """importance_sampling=token_truncate through the loop: every turn carries the sampler's log-probs, and
+    merged float32 sampling gives ratios of 1 against the unmerged update forward (bf16 would not)."""
+    cfg = dataclasses.replace(tiny_trainer_config, importance_sampling="token_truncate")
+    loop = make_loop(cfg, FakeSession)
+    m = loop.train_group(1, "19_ReLU")
+    assert not m.update_skipped and m.trained_tokens > 0
+    assert m.is_ratio_mean == pytest.approx(1.0, abs=1e-4) and m.logp_diff_max < 1e-4
+    assert m.scalars()["is_truncated_fraction"] == 0.0

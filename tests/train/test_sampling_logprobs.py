@@ -113,3 +113,32 @@ def test_kl_reference_is_taken_at_the_training_temperature(padded_policy, tiny_t
             p.copy_(state[n])
     assert expected > 1e-4  # the adapter is non-zero, so there is a KL to measure
     assert result.kl == pytest.approx(expected, rel=1e-4)
+
+
+@pytest.mark.parametrize("backend", ["eager", "static_compiled"])
+def test_generate_records_the_sampling_logprobs_the_loss_recomputes(padded_policy, backend):
+    """Each sampled id carries log pi_sample(id), recorded from the sampler's final scores: in float32 the
+    training forward at the same temperature and top_p gives them back (so the importance ratio is 1)."""
+    from kernelflow.train.config import GenerationSettings
+    from kernelflow.train.generation import generate
+
+    # eager: the unmerged model (exactly the training forward); static: merged (float32, within 1e-5)
+    padded_policy.generation = GenerationSettings(merge_adapter=backend != "eager", backend=backend, compile=False,
+                                                  length_bucket=64)
+    prompts = [prompt_ids(padded_policy.tokenizer, build_messages(get_task(t))) for t in ("19_ReLU", "22_Tanh")]
+    torch.manual_seed(4)
+    result = generate(padded_policy, prompts, SamplingSettings(max_new_tokens=STEPS, temperature=0.8, top_p=0.9))
+    seqs = []
+    for p, c in zip(prompts, result.completions, strict=True):
+        assert c.logprobs is not None and len(c.logprobs) == len(c.ids)
+        n = len(c.ids)
+        seqs.append(TrainingSequence(tuple(p) + c.ids, (0,) * len(p) + (1,) * n, (0.0,) * len(p) + (1.0,) * n))
+    batch = collate(seqs, padded_policy.pad_id, "cpu")
+    with torch.no_grad():
+        logp, first = token_logprobs(padded_policy.model, batch, padded_policy.vocab_limit, 0.8, 0.9)
+    mask = batch.loss_mask[:, first:]
+    for i, c in enumerate(result.completions):
+        trained = logp[i][mask[i] == 1]
+        assert torch.allclose(trained, torch.tensor(c.logprobs), atol=1e-5), (trained, c.logprobs)
+    greedy = generate(padded_policy, prompts, SamplingSettings(max_new_tokens=3, do_sample=False))
+    assert all(c.logprobs is None for c in greedy.completions)
