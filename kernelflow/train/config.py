@@ -321,6 +321,10 @@ class TrainerConfig:
     importance_sampling_cap: float = 3.0
     loss_normalizer: int | None = None  # None: max_turns * max_new_tokens (the constant Dr. GRPO divides by)
     micro_batch_size: int = 1  # sequences per forward/backward in the update (gradients accumulate)
+    # Task groups whose rollouts are generated together (one batch of rollout_groups x group_size rows per
+    # turn), then updated one after another: group j is sampled j updates before it is trained (off-policy;
+    # use importance_sampling=token_truncate). 1: the pilot's one group per generation.
+    rollout_groups: int = 1
     seed: int = 42
     shuffle_tasks: bool = True  # task order within an epoch, drawn from (seed, epoch) only
     env_shape: str | None = None  # shape profile passed to the environment's reset; None: the server's
@@ -354,7 +358,8 @@ class TrainerConfig:
             p.append(f"importance_sampling_cap={self.importance_sampling_cap} (must be >= 1: a ratio of 1 is on-policy)")
         if self.credit not in CREDITS:
             p.append(f"credit={self.credit!r} (choose one of {CREDITS}: episode is the pilot's, turn is Kevin's)")
-        for name in ("epochs", "max_new_tokens", "max_turns", "micro_batch_size", "eval_attempts", "eval_batch_size"):
+        for name in ("epochs", "max_new_tokens", "max_turns", "micro_batch_size", "eval_attempts", "eval_batch_size",
+                     "rollout_groups"):
             if getattr(self, name) < 1:
                 p.append(f"{name}={getattr(self, name)} (must be >= 1)")
         if self.group_size < 2:
@@ -388,6 +393,9 @@ class TrainerConfig:
         if not self.message_timeout_s > 0:
             p.append(f"message_timeout_s={self.message_timeout_s} (must be > 0)")
         n = self.data_parallel.num_processes
+        if n > 1 and self.rollout_groups > 1:
+            p.append(f"rollout_groups={self.rollout_groups} with data_parallel.num_processes={n} (batching several "
+                     "groups is single-process only; set rollout_groups=1)")
         if n > 1 and self.group_size % n:
             p.append(
                 f"group_size={self.group_size} is not a multiple of data_parallel.num_processes={n} (each process "

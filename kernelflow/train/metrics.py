@@ -75,6 +75,7 @@ class UpdateMetrics:
     is_ratio_max: float
     is_truncated_fraction: float
     logp_diff_max: float  # largest |log pi_train - log pi_sample| (0 when importance sampling is off)
+    rollout_staleness: int  # updates made between sampling this group and training on it (rollout_groups)
     evaluation_seconds: float
     optimisation_seconds: float
     update_seconds: float  # wall time of the whole group: rollouts, advantages, step, bookkeeping
@@ -88,7 +89,7 @@ class UpdateMetrics:
             "advantage_abs_mean", "completion_tokens_mean", "completion_tokens_max", "truncation_rate",
             "trained_tokens", "mean_logp", "kl", "generation_tokens", "generation_seconds",
             "generation_tokens_per_s", "generation_decode_steps", "generation_steps_per_s", "update_skipped",
-            "is_ratio_mean", "is_ratio_max", "is_truncated_fraction", "logp_diff_max",
+            "is_ratio_mean", "is_ratio_max", "is_truncated_fraction", "logp_diff_max", "rollout_staleness",
             "evaluation_seconds", "optimisation_seconds", "update_seconds",
         ):
             out[key] = float(getattr(self, key))
@@ -156,6 +157,7 @@ def update_metrics(
     estimator: str,
     group: GroupRollout,
     credit: str = "episode",
+    staleness: int = 0,
     advantages: Advantages,
     result: UpdateResult,
     samples: int = 2,
@@ -212,6 +214,7 @@ def update_metrics(
         is_ratio_max=result.is_ratio_max,
         is_truncated_fraction=result.is_truncated_fraction,
         logp_diff_max=result.logp_diff_max,
+        rollout_staleness=staleness,
         evaluation_seconds=group.evaluation_seconds,
         optimisation_seconds=result.seconds,
         update_seconds=update_s,

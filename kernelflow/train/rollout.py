@@ -14,6 +14,7 @@ advantages or update the model.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import Counter
@@ -245,6 +246,58 @@ def run_episodes(
     )
 
 
+def split_groups(batch: GroupRollout, task_ids: Sequence[str], group_size: int) -> list[GroupRollout]:
+    """One GroupRollout per task from a batch of len(task_ids) x group_size episodes (task-major order).
+
+    Episodes are renumbered 0..G-1 within their group. The batch's generation and evaluation time,
+    shared by all its groups, is attributed by each group's share of the tokens (generation) and of the
+    episodes (evaluation); decode steps likewise by token share.
+    """
+    total = batch.generation_tokens or 1
+    out = []
+    for j, task_id in enumerate(task_ids):
+        eps = tuple(dataclasses.replace(ep, rollout=k) for k, ep in
+                    enumerate(batch.episodes[j * group_size : (j + 1) * group_size]))
+        tokens = sum(len(t.completion_ids) for ep in eps for t in ep.turns)
+        share = tokens / total
+        out.append(GroupRollout(
+            task_id=task_id, episodes=eps, generation_seconds=batch.generation_seconds * share,
+            generation_tokens=tokens, evaluation_seconds=batch.evaluation_seconds / len(task_ids),
+            turn_timings=batch.turn_timings, generation_decode_steps=round(batch.generation_decode_steps * share),
+        ))
+    return out
+
+
+def collect_groups(
+    policy: Policy,
+    factory: SessionFactory,
+    task_ids: Sequence[str],
+    group_size: int,
+    sampling: SamplingSettings,
+    max_turns: int,
+    seeds: Sequence[int],
+    shape: str | None = None,
+) -> list[GroupRollout]:
+    """G sampled episodes of each of `task_ids`, all generated together: one batch of len(task_ids) x G
+    rows per turn (static-cache generation is fastest at 16 rows; a pilot group has 4). Group j is
+    judged on environment seed `seeds[j]`. Every episode must end with the environment's returns (the
+    trainer has nothing to learn from otherwise), so a missing return is an error naming the episode.
+    """
+    ids = [t for t in task_ids for _ in range(group_size)]
+    env_seeds = [sd for sd in seeds for _ in range(group_size)]
+    batch = run_episodes(policy, factory, ids, env_seeds, sampling, max_turns, shape)
+    for ep in batch.episodes:
+        if len(ep.returns) != len(ep.turns) or ep.episode_return != ep.episode_return:
+            raise RuntimeError(
+                f"task {ep.task_id} rollout {ep.rollout % group_size}: the environment returned no final returns "
+                f"after {len(ep.turns)} turn(s) (returns={ep.returns}, episode_return={ep.episode_return}); "
+                "is the server's max_turns equal to trainer.max_turns?"
+            )
+    if len(task_ids) == 1:
+        return [batch]
+    return split_groups(batch, task_ids, group_size)
+
+
 def collect_group(
     policy: Policy,
     factory: SessionFactory,
@@ -255,17 +308,5 @@ def collect_group(
     seed: int = 0,
     shape: str | None = None,
 ) -> GroupRollout:
-    """G sampled episodes of `task_id`, all judged on the same environment seed (a fair comparison).
-
-    Every episode must end with the environment's returns: the trainer has nothing to learn from
-    otherwise, so a missing return is an error naming the episode.
-    """
-    group = run_episodes(policy, factory, [task_id] * group_size, [seed] * group_size, sampling, max_turns, shape)
-    for ep in group.episodes:
-        if len(ep.returns) != len(ep.turns) or ep.episode_return != ep.episode_return:
-            raise RuntimeError(
-                f"task {task_id} rollout {ep.rollout}: the environment returned no final returns after "
-                f"{len(ep.turns)} turn(s) (returns={ep.returns}, episode_return={ep.episode_return}); "
-                "is the server's max_turns equal to trainer.max_turns?"
-            )
-    return group
+    """G sampled episodes of `task_id`, all judged on the same environment seed (a fair comparison)."""
+    return collect_groups(policy, factory, [task_id], group_size, sampling, max_turns, [seed], shape)[0]

@@ -203,3 +203,30 @@ def test_sampling_logprobs_travel_from_generation_to_the_importance_weights(tiny
     assert not m.update_skipped and m.trained_tokens > 0
     assert m.is_ratio_mean == pytest.approx(1.0, abs=1e-4) and m.logp_diff_max < 1e-4
     assert m.scalars()["is_truncated_fraction"] == 0.0
+
+
+def test_rollout_groups_generate_several_groups_in_one_batch_then_update_each(tiny_trainer_config, monkeypatch):
+    import kernelflow.train.rollout as rollout_module
+
+    batch_rows = []
+    real_generate = rollout_module.generate
+
+    def spy(policy, prompts, settings):
+        batch_rows.append(len(prompts))
+        return real_generate(policy, prompts, settings)
+
+    monkeypatch.setattr(rollout_module, "generate", spy)
+    cfg = dataclasses.replace(tiny_trainer_config, rollout_groups=2, env_seed=3, env_seed_per_update=True)
+    FakeSession.log.clear()
+    loop = make_loop(cfg, FakeSession)
+    metrics = loop.train_epoch(1, TASKS)
+    assert batch_rows == [4, 4]  # turn 1 and turn 2, each one batch of 2 groups x 2 episodes
+    assert [m.rollout_staleness for m in metrics] == [0, 1] and loop.updates == 2
+    assert [m.task_id for m in metrics] == loop.task_order(1, TASKS)
+    by_task = {}
+    for _, task, seed, _ in FakeSession.log:
+        by_task.setdefault(task, set()).add(seed)
+    assert {task: seeds for task, seeds in by_task.items()} == {metrics[0].task_id: {3}, metrics[1].task_id: {4}}
+    for m in metrics:
+        assert m.group_size_per_turn == (2, 2) and sum(m.status_counts.values()) == 4
+        assert m.generation_tokens > 0 and m.update_seconds >= m.generation_seconds + m.optimisation_seconds
