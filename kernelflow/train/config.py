@@ -20,7 +20,7 @@ SOURCES = ("hub", "local", "tiny", "sft")
 DTYPES = ("float32", "bfloat16", "float16")
 ESTIMATORS = ("dr_grpo", "trloo")
 CREDITS = ("episode", "turn")
-GENERATION_BACKENDS = ("eager", "static_compiled")
+GENERATION_BACKENDS = ("eager", "static_compiled", "vllm")
 IMPORTANCE_SAMPLING = ("off", "token_truncate")
 SCHEDULERS = ("constant", "linear", "cosine")
 ATTENTION = ("sdpa", "eager", "flash_attention_2")
@@ -256,7 +256,8 @@ class GenerationSettings:
     `static_compiled` decodes with a static KV cache through a `torch.compile`d step (CUDA graphs on
     a GPU), the context padded on the left to a multiple of `length_bucket` and the batch to
     `batch_bucket` rows so that few shapes are ever compiled (static.py). `compile` false runs the
-    static path uncompiled (CPU tests).
+    static path uncompiled (CPU tests). `vllm` hands generation to vLLM (optional extra; external.py),
+    which is given the merged weights before every call (merge_adapter does not apply to it).
     """
 
     merge_adapter: bool = True
@@ -269,6 +270,8 @@ class GenerationSettings:
     # static_compiled: KV cache positions (context + new tokens) allocated from the first call, so a run
     # compiles once; None: the cache grows to the longest context seen (one compile per growth)
     max_context: int | None = None
+    # vllm (optional extra, external.py): the share of GPU memory vLLM's colocated engine may take
+    vllm_gpu_memory_utilization: float = 0.3
 
     def __post_init__(self) -> None:
         p = []
@@ -276,6 +279,8 @@ class GenerationSettings:
             p.append(f"backend={self.backend!r} (choose one of {GENERATION_BACKENDS})")
         if self.backend == "static_compiled" and not self.merge_adapter:
             p.append("backend=static_compiled needs merge_adapter=true (the compiled step runs the merged weights)")
+        if not 0 < self.vllm_gpu_memory_utilization < 1:
+            p.append(f"vllm_gpu_memory_utilization={self.vllm_gpu_memory_utilization} (must be in (0, 1))")
         if self.max_context is not None and self.max_context < 1:
             p.append(f"max_context={self.max_context} (must be >= 1, or null to grow with the contexts seen)")
         for name in ("length_bucket", "batch_bucket"):

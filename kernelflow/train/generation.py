@@ -128,6 +128,24 @@ class SampledLogprobs:
         return torch.stack(self.values, dim=1).tolist()
 
 
+def _external(policy: Policy, prompts: list[list[int]], settings: SamplingSettings, start: float) -> GenerationResult:
+    """The vllm backend (external.py): hand over the merged weights, then generate there."""
+    from kernelflow.train.external import external_generator, merged_weights
+
+    engine = external_generator(policy)
+    with torch.no_grad():
+        engine.load_weights(merged_weights(policy.model))
+    rows = engine.generate(prompts, max_new_tokens=settings.max_new_tokens, do_sample=settings.do_sample,
+                           temperature=settings.temperature, top_p=settings.top_p, eos_ids=policy.eos_ids,
+                           vocab_limit=policy.vocab_limit)
+    if policy.device.type == "cuda":
+        torch.cuda.synchronize(policy.device)
+    seconds = time.perf_counter() - start
+    completions = [cut_at_eos(list(r.ids), policy.eos_ids, list(r.logprobs) if r.logprobs is not None else None)
+                   for r in rows]
+    return GenerationResult(completions, seconds, max((len(r.ids) for r in rows), default=0))
+
+
 def adapter_context(policy: Policy):
     """The adapter merged into the weights for generation (merge.py), or nothing when not asked for."""
     if not policy.generation.merge_adapter:
@@ -184,6 +202,8 @@ def generate(policy: Policy, prompts: list[list[int]], settings: SamplingSetting
         torch.cuda.synchronize(policy.device)
     start = time.perf_counter()
     try:
+        if opts.backend == "vllm":
+            return _external(policy, prompts, settings, start)
         with adapter_context(policy), torch.no_grad():
             if opts.backend == "static_compiled":
                 from kernelflow.train.static import static_engine

@@ -177,3 +177,43 @@ def test_static_cache_backend_gives_the_eager_greedy_tokens(tiny_policy_config):
     assert engine.rows == 4 and engine.allocations == 2  # rows rounded up to batch_bucket; grew once
     sampled = generate(policy, batches[1], SamplingSettings(max_new_tokens=5, temperature=0.8))
     assert len(sampled.completions) == 1 and 1 <= len(sampled.completions[0].ids) <= 5
+
+
+class FakeEngine:
+    """Stands in for vLLM: remembers the weights it was given and answers with fixed ids and log-probs."""
+
+    def __init__(self, eos):
+        self.eos, self.loaded, self.calls = eos, {}, []
+
+    def load_weights(self, weights):
+        self.loaded = {name: t.detach().clone() for name, t in weights}
+
+    def generate(self, prompts, **kw):
+        from kernelflow.train.external import GeneratedRow
+
+        self.calls.append((len(prompts), kw))
+        return [GeneratedRow((5, 6, self.eos, 7), (-0.1, -0.2, -0.3, -0.4)), GeneratedRow((8, 9), (-1.0, -2.0))]
+
+
+def test_vllm_backend_gets_the_merged_weights_under_the_base_names_and_its_rows_are_cut(tiny_policy_config):
+    policy = load_policy(tiny_policy_config, LoraSettings(r=4, alpha=8), seed=0)
+    _randomise_adapter(policy, std=0.05)
+    engine = policy.runtime["external_generator"] = FakeEngine(policy.turn_end_id)
+    policy.generation = GenerationSettings(backend="vllm")
+    prompts = [prompt_ids(policy.tokenizer, build_messages(get_task(t))) for t in ("19_ReLU", "22_Tanh")]
+    out = generate(policy, prompts, SamplingSettings(max_new_tokens=4, temperature=0.8))
+    a, b = out.completions
+    assert a.ids == (5, 6, policy.turn_end_id) and a.logprobs == (-0.1, -0.2, -0.3) and not a.truncated
+    assert b.truncated and b.logprobs == (-1.0, -2.0) and out.decode_steps == 4
+    n, kw = engine.calls[0]
+    assert n == 2 and kw["temperature"] == 0.8 and kw["max_new_tokens"] == 4 and tuple(kw["eos_ids"]) == policy.eos_ids
+    # the names are the plain base model's; the values are W + s B A
+    from transformers import AutoModelForCausalLM
+
+    plain = AutoModelForCausalLM.from_pretrained(policy.base_id).state_dict()
+    assert set(engine.loaded) == set(plain)
+    layer = policy.model.get_base_model().model.layers[0].self_attn.q_proj
+    expected = layer.base_layer.weight + layer.get_delta_weight("default")
+    assert torch.allclose(engine.loaded["model.layers.0.self_attn.q_proj.weight"], expected, atol=1e-6)
+    assert not torch.equal(engine.loaded["model.layers.0.self_attn.q_proj.weight"], layer.base_layer.weight)
+    assert torch.equal(layer.base_layer.weight, plain["model.layers.0.self_attn.q_proj.weight"])  # base untouched
