@@ -40,7 +40,7 @@ def test_plan_gives_the_pilot_numbers_from_configuration_alone():
         ({"importance_sampling_cap": 0.5}, "importance_sampling_cap=0.5"),
         ({"rollout_groups": 0}, "rollout_groups=0"),
         ({"rollout_groups": 2, "data_parallel": {"num_processes": 2}}, "single-process only"),
-        ({"generation": {"backend": "vllm"}}, "backend='vllm'"),
+        ({"generation": {"backend": "sglang"}}, "backend='sglang'"),
         ({"generation": {"backend": "static_compiled", "merge_adapter": False}}, "needs merge_adapter=true"),
         ({"generation": {"length_bucket": 0}}, "length_bucket=0"),
     ],
