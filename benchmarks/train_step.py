@@ -58,6 +58,7 @@ from kernelflow.tasks import task_ids  # noqa: E402
 from kernelflow.train import LoraSettings, PolicyConfig, TinyModelConfig, TrainerConfig, plan  # noqa: E402
 from kernelflow.train.config import GenerationSettings  # noqa: E402
 from kernelflow.train.policy import load_policy, load_tokenizer, policy_from_model  # noqa: E402
+from kernelflow.train.rollout import collect_groups  # noqa: E402
 from kernelflow.train.tiny import build_tiny_model  # noqa: E402
 from kernelflow.train.trainer import GRPOLoop  # noqa: E402
 
@@ -124,6 +125,10 @@ def parse_args(argv=None):
     p.add_argument("--gen-backend", default="eager", choices=["eager", "static_compiled"],
                    help="trainer.generation.backend")
     p.add_argument("--no-merge", action="store_true", help="generate with the adapter unmerged (the old path)")
+    p.add_argument("--rollout-groups", type=int, default=1,
+                   help="trainer.rollout_groups: task groups generated in one batch (4 x group 4 = 16 rows)")
+    p.add_argument("--importance-sampling", default="off", choices=["off", "token_truncate"],
+                   help="trainer.importance_sampling (pair token_truncate with --rollout-groups > 1)")
     p.add_argument("--max-context", type=int, default=6144,
                    help="static_compiled: KV cache positions, context + new tokens (one compile per run)")
     p.add_argument("--out", required=True, help="directory for train_step.json")
@@ -167,6 +172,8 @@ def main(argv=None) -> int:
         generation=GenerationSettings(merge_adapter=not args.no_merge, backend=args.gen_backend,
                                       compile=args.device == "cuda", max_context=args.max_context),
         epochs=1,
+        rollout_groups=args.rollout_groups,
+        importance_sampling=args.importance_sampling,
         group_size=args.group_size,
         max_new_tokens=args.tokens,
         env_shape=shape,
@@ -223,15 +230,24 @@ def main(argv=None) -> int:
 
         loop = GRPOLoop(config, policy, session_factory=factory, total_updates=len(tasks))
         t0 = time.perf_counter()
-        for task_id in loop.task_order(1, tasks):
-            m = loop.train_group(1, task_id)
-            log.info(m.summary(len(tasks)))
-            row = {k: v for k, v in m.to_dict().items() if k != "samples"}
-            if args.device == "cuda":
-                row["peak_gpu_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
-            report["updates"].append(row)
-            report["epoch_s"] = time.perf_counter() - t0
-            out_file.write_text(json.dumps(report, indent=2, default=str) + "\n")
+        order = loop.task_order(1, tasks)
+        for begin in range(0, len(order), config.rollout_groups):
+            chunk = order[begin : begin + config.rollout_groups]
+            if len(chunk) > 1:  # one generation batch for the chunk, as GRPOLoop.train_epoch does
+                groups = collect_groups(policy, loop.sessions, chunk, config.group_size, loop.sampling(),
+                                        config.max_turns, [loop.env_seed(loop.updates + j) for j in range(len(chunk))],
+                                        config.env_shape)
+            else:
+                groups = [None]
+            for j, (task_id, group) in enumerate(zip(chunk, groups, strict=True)):
+                m = loop.train_group(1, task_id, group, staleness=j)
+                log.info(m.summary(len(tasks)))
+                row = {k: v for k, v in m.to_dict().items() if k != "samples"}
+                if args.device == "cuda":
+                    row["peak_gpu_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
+                report["updates"].append(row)
+                report["epoch_s"] = time.perf_counter() - t0
+                out_file.write_text(json.dumps(report, indent=2, default=str) + "\n")
         loop.epochs_completed = 1
 
     rows = report["updates"]
