@@ -17,6 +17,15 @@ update includes one real GPU evaluation; `--no-inject` turns that off.
 
     python benchmarks/train_step.py --out results/train_step              # H200
     python benchmarks/train_step.py --device cpu --tiny --out /tmp/ts     # CPU dry check (interpreter)
+
+`--model-shape 7b` uses Qwen2.5-7B's shape instead (hidden 3584, 28 layers, 28 heads, 4 KV heads,
+intermediate 18944, a 152064-row untied embedding; ~7.6B parameters), built with random weights
+directly on the GPU (writing and reloading 30 GB would take minutes) with the tiny local tokenizer,
+and made into a Policy by the same `policy_from_model` that `load_policy` ends in. The pilot's
+shape of one update is then `--model-shape 7b --tokens 2048 --group-size 4` (4 episodes x 2 turns x 2,048
+tokens); `--gen-backend static_compiled` and `--no-merge` pick the generation path
+(trainer.generation), and the JSON's per-update split (generation, evaluation, optimisation) and
+peak memory are what docs/train.md's whole-pilot estimate is computed from.
 """
 
 from __future__ import annotations
@@ -47,7 +56,9 @@ from kernelflow.env.server.launch import start_local_server  # noqa: E402
 from kernelflow.eval import EvalConfig  # noqa: E402
 from kernelflow.tasks import task_ids  # noqa: E402
 from kernelflow.train import LoraSettings, PolicyConfig, TinyModelConfig, TrainerConfig, plan  # noqa: E402
-from kernelflow.train.policy import load_policy  # noqa: E402
+from kernelflow.train.config import GenerationSettings  # noqa: E402
+from kernelflow.train.policy import load_policy, load_tokenizer, policy_from_model  # noqa: E402
+from kernelflow.train.rollout import collect_groups  # noqa: E402
 from kernelflow.train.tiny import build_tiny_model  # noqa: E402
 from kernelflow.train.trainer import GRPOLoop  # noqa: E402
 
@@ -59,7 +70,29 @@ QWEN25_05B = TinyModelConfig(
     vocab_size=151936, tie_word_embeddings=True, seed=0,
 )
 
+# Qwen2.5-7B's shape (Qwen2.5-Coder-7B-Instruct, the pilot's model), random weights, built on the GPU.
+QWEN25_7B = dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+                 num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False)
+
 log = logging.getLogger("benchmarks.train_step")
+
+
+def random_7b_policy(config: TrainerConfig, cache_dir: str | None):
+    """A random 7B-shaped Qwen2 built on the policy's device, with the tiny tokenizer, as a Policy."""
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    tok_dir = build_tiny_model(TinyModelConfig(), cache_dir)  # only its tokenizer is used
+    tokenizer = load_tokenizer(str(tok_dir))
+    cfg = Qwen2Config(**QWEN25_7B, max_position_embeddings=32768, rope_theta=1e6, rms_norm_eps=1e-6,
+                      use_cache=True, bos_token_id=None, eos_token_id=tokenizer.eos_token_id,
+                      pad_token_id=tokenizer.pad_token_id)
+    device = torch.device(config.policy.device)
+    torch.manual_seed(0)
+    with torch.device(device):
+        base = AutoModelForCausalLM.from_config(cfg, dtype=getattr(torch, config.policy.dtype),
+                                                attn_implementation=config.policy.attn_implementation)
+    return policy_from_model(base, tokenizer, config.policy, config.lora, config.seed, device,
+                             "random-qwen2-7b-shape")
 
 
 class InjectFirstTurn:
@@ -87,6 +120,17 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--tiny", action="store_true", help="the ~0.1M-parameter test model instead of the 0.5B shape")
+    p.add_argument("--model-shape", default="0.5b", choices=["0.5b", "7b"],
+                   help="the random model's shape (7b: built on the GPU, the tiny tokenizer)")
+    p.add_argument("--gen-backend", default="eager", choices=["eager", "static_compiled"],
+                   help="trainer.generation.backend")
+    p.add_argument("--no-merge", action="store_true", help="generate with the adapter unmerged (the old path)")
+    p.add_argument("--rollout-groups", type=int, default=1,
+                   help="trainer.rollout_groups: task groups generated in one batch (4 x group 4 = 16 rows)")
+    p.add_argument("--importance-sampling", default="off", choices=["off", "token_truncate"],
+                   help="trainer.importance_sampling (pair token_truncate with --rollout-groups > 1)")
+    p.add_argument("--max-context", type=int, default=6144,
+                   help="static_compiled: KV cache positions, context + new tokens (one compile per run)")
     p.add_argument("--out", required=True, help="directory for train_step.json")
     p.add_argument("--tokens", type=int, default=256, help="max new tokens per turn")
     p.add_argument("--group-size", type=int, default=4)
@@ -117,6 +161,7 @@ def main(argv=None) -> int:
     dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
     tasks = args.tasks or task_ids("train")
     model_cfg = TinyModelConfig() if args.tiny else QWEN25_05B
+    seven_b = args.model_shape == "7b" and not args.tiny
 
     config = TrainerConfig(
         policy=PolicyConfig(
@@ -124,7 +169,11 @@ def main(argv=None) -> int:
             gradient_checkpointing=not args.no_gradient_checkpointing,
         ),
         lora=LoraSettings(),
+        generation=GenerationSettings(merge_adapter=not args.no_merge, backend=args.gen_backend,
+                                      compile=args.device == "cuda", max_context=args.max_context),
         epochs=1,
+        rollout_groups=args.rollout_groups,
+        importance_sampling=args.importance_sampling,
         group_size=args.group_size,
         max_new_tokens=args.tokens,
         env_shape=shape,
@@ -136,7 +185,7 @@ def main(argv=None) -> int:
         "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else None,
         "torch": torch.__version__,
         "python": platform.python_version(),
-        "model": dataclasses.asdict(model_cfg),
+        "model": QWEN25_7B if seven_b else dataclasses.asdict(model_cfg),
         "trainer": config.to_dict(),
         "plan": plan(config, len(tasks)),
         "evaluator": {"backend": backend, "shape": shape},
@@ -145,12 +194,17 @@ def main(argv=None) -> int:
     }
 
     t0 = time.perf_counter()
-    path = build_tiny_model(model_cfg, args.cache_dir)
-    report["model_build_s"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    policy = load_policy(config.policy, config.lora, seed=config.seed)
-    report["model_load_s"] = time.perf_counter() - t0
-    report["model_path"] = str(path)
+    if seven_b:
+        policy = random_7b_policy(config, args.cache_dir)
+        report["model_build_s"] = time.perf_counter() - t0
+        report["model_path"] = None
+    else:
+        path = build_tiny_model(model_cfg, args.cache_dir)
+        report["model_build_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        policy = load_policy(config.policy, config.lora, seed=config.seed)
+        report["model_load_s"] = time.perf_counter() - t0
+        report["model_path"] = str(path)
     report["parameters"] = policy.parameter_counts()
     if args.device == "cuda":
         torch.cuda.reset_peak_memory_stats()
@@ -176,15 +230,24 @@ def main(argv=None) -> int:
 
         loop = GRPOLoop(config, policy, session_factory=factory, total_updates=len(tasks))
         t0 = time.perf_counter()
-        for task_id in loop.task_order(1, tasks):
-            m = loop.train_group(1, task_id)
-            log.info(m.summary(len(tasks)))
-            row = {k: v for k, v in m.to_dict().items() if k != "samples"}
-            if args.device == "cuda":
-                row["peak_gpu_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
-            report["updates"].append(row)
-            report["epoch_s"] = time.perf_counter() - t0
-            out_file.write_text(json.dumps(report, indent=2, default=str) + "\n")
+        order = loop.task_order(1, tasks)
+        for begin in range(0, len(order), config.rollout_groups):
+            chunk = order[begin : begin + config.rollout_groups]
+            if len(chunk) > 1:  # one generation batch for the chunk, as GRPOLoop.train_epoch does
+                groups = collect_groups(policy, loop.sessions, chunk, config.group_size, loop.sampling(),
+                                        config.max_turns, [loop.env_seed(loop.updates + j) for j in range(len(chunk))],
+                                        config.env_shape)
+            else:
+                groups = [None]
+            for j, (task_id, group) in enumerate(zip(chunk, groups, strict=True)):
+                m = loop.train_group(1, task_id, group, staleness=j)
+                log.info(m.summary(len(tasks)))
+                row = {k: v for k, v in m.to_dict().items() if k != "samples"}
+                if args.device == "cuda":
+                    row["peak_gpu_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
+                report["updates"].append(row)
+                report["epoch_s"] = time.perf_counter() - t0
+                out_file.write_text(json.dumps(report, indent=2, default=str) + "\n")
         loop.epochs_completed = 1
 
     rows = report["updates"]

@@ -7,13 +7,18 @@ is N_t, the number of episodes of the group that reached turn t (worth logging: 
 episodes stop early).
 
 - `dr_grpo` (the pilot's, Dr. GRPO): A_i = R_i - mean_j R_j over the group's episode returns, no std
-  division; the same A_i on every model token of episode i, whichever turn.
+  division; the same A_i on every model token of episode i, whichever turn (credit `episode`).
+- `dr_grpo` with credit `turn` (`dr_grpo_turn`, Kevin's per-turn credit): A_i,t = G_i,t - mean_{j reached t}
+  G_j,t, each turn baselined over the episodes of the group that reached it, no std division. The
+  turn-2 tokens are then judged by r2 alone (G_2 = r2), not by r1 + 0.4 r2: a second turn that repairs
+  a broken first answer is credited, one that breaks a correct answer is blamed. When only one episode
+  reached turn t (N_t = 1) its advantage there is 0 (nothing to compare it with).
 - `trloo` (Dr. Kernel's turn-level leave-one-out): A_i,t = G_i,t - mean_{j != i, j reached t} G_j,t;
   when episode i is the only one that reached turn t (N_t = 1), A_i,t = G_i,t. Equal to per-turn
   Dr. GRPO times N_t / (N_t - 1), so it differs in substance only when N_t varies.
 
-Estimators are looked up by name in `ESTIMATORS`; adding one is adding a function with the same
-signature there.
+Estimators are looked up by (name, credit) in `ESTIMATORS`; adding one is adding a function with the
+same signature there. `trloo` is per-turn by construction, so both credits name it.
 """
 
 from __future__ import annotations
@@ -55,6 +60,15 @@ def dr_grpo(episode_returns: Sequence[float], turn_returns: Sequence[Sequence[fl
     return Advantages(per_turn, group_sizes([len(g) for g in turn_returns]))
 
 
+def dr_grpo_turn(episode_returns: Sequence[float], turn_returns: Sequence[Sequence[float]]) -> Advantages:
+    """A_i,t = G_i,t - mean of G_j,t over the episodes j that reached turn t (episode_returns only checked)."""
+    _check(episode_returns, turn_returns)
+    sizes = group_sizes([len(g) for g in turn_returns])
+    means = [sum(g[t] for g in turn_returns if len(g) > t) / sizes[t] for t in range(len(sizes))]
+    per_turn = tuple(tuple(float(value - means[t]) for t, value in enumerate(g)) for g in turn_returns)
+    return Advantages(per_turn, sizes)
+
+
 def trloo(episode_returns: Sequence[float], turn_returns: Sequence[Sequence[float]]) -> Advantages:
     """A_i,t = G_i,t - mean of G_j,t over the other episodes j that reached turn t (A = G when alone)."""
     _check(episode_returns, turn_returns)
@@ -71,12 +85,24 @@ def trloo(episode_returns: Sequence[float], turn_returns: Sequence[Sequence[floa
 
 
 Estimator = Callable[[Sequence[float], Sequence[Sequence[float]]], Advantages]
-ESTIMATORS: dict[str, Estimator] = {"dr_grpo": dr_grpo, "trloo": trloo}
+ESTIMATORS: dict[tuple[str, str], Estimator] = {
+    ("dr_grpo", "episode"): dr_grpo,
+    ("dr_grpo", "turn"): dr_grpo_turn,
+    ("trloo", "episode"): trloo,
+    ("trloo", "turn"): trloo,
+}
 
 
-def estimate(name: str, episode_returns: Sequence[float], turn_returns: Sequence[Sequence[float]]) -> Advantages:
+def estimate(
+    name: str, episode_returns: Sequence[float], turn_returns: Sequence[Sequence[float]], credit: str = "episode"
+) -> Advantages:
     try:
-        fn = ESTIMATORS[name]
+        fn = ESTIMATORS[(name, credit)]
     except KeyError:
-        raise ValueError(f"unknown advantage estimator {name!r}; choose one of {sorted(ESTIMATORS)}") from None
+        choices = sorted({n for n, _ in ESTIMATORS})
+        credits = sorted({c for _, c in ESTIMATORS})
+        raise ValueError(
+            f"unknown advantage estimator {name!r} with credit {credit!r}; choose one of {choices} "
+            f"and a credit among {credits}"
+        ) from None
     return fn(episode_returns, turn_returns)

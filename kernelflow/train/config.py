@@ -16,9 +16,13 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
+from kernelflow.train.decoding import GenerationSettings
+
 SOURCES = ("hub", "local", "tiny", "sft")
 DTYPES = ("float32", "bfloat16", "float16")
 ESTIMATORS = ("dr_grpo", "trloo")
+CREDITS = ("episode", "turn")
+IMPORTANCE_SAMPLING = ("off", "token_truncate")
 SCHEDULERS = ("constant", "linear", "cosine")
 ATTENTION = ("sdpa", "eager", "flash_attention_2")
 SHAPES = ("small", "full")
@@ -250,6 +254,10 @@ class TrainerConfig:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     lora: LoraSettings = field(default_factory=LoraSettings)
     estimator: str = "dr_grpo"
+    # Which return a turn's tokens are credited with under dr_grpo (advantages.py): `episode`, the pilot's
+    # (every token gets R_i - mean R); `turn`, Kevin's (turn t's tokens get G_t - mean over the group at t).
+    # trloo is per-turn by construction and is the same under both.
+    credit: str = "episode"
     epochs: int = 4
     group_size: int = 4
     temperature: float = 0.8
@@ -269,8 +277,17 @@ class TrainerConfig:
     # choice: 1.0. Kevin's 0.05 was for full fine-tuning of a 32B; the norm is logged every update.
     max_grad_norm: float = 1.0
     kl_weight: float = 0.0
+    # The correction for sampling from other numerics than the update's forward (merged bf16 weights, a
+    # static-cache kernel; loss.py): `token_truncate` weights each token by min(pi_train / pi_sample, cap),
+    # TRL's token_truncate mode with its default cap 3. off: the pilot's plain on-policy loss.
+    importance_sampling: str = "off"
+    importance_sampling_cap: float = 3.0
     loss_normalizer: int | None = None  # None: max_turns * max_new_tokens (the constant Dr. GRPO divides by)
     micro_batch_size: int = 1  # sequences per forward/backward in the update (gradients accumulate)
+    # Task groups whose rollouts are generated together (one batch of rollout_groups x group_size rows per
+    # turn), then updated one after another: group j is sampled j updates before it is trained (off-policy;
+    # use importance_sampling=token_truncate). 1: the pilot's one group per generation.
+    rollout_groups: int = 1
     seed: int = 42
     shuffle_tasks: bool = True  # task order within an epoch, drawn from (seed, epoch) only
     env_shape: str | None = None  # shape profile passed to the environment's reset; None: the server's
@@ -284,6 +301,7 @@ class TrainerConfig:
     sample_chars: int = 4000
     message_timeout_s: float = 900.0
     data_parallel: DataParallelSettings = field(default_factory=DataParallelSettings)
+    generation: GenerationSettings = field(default_factory=GenerationSettings)
 
     def __post_init__(self) -> None:
         if isinstance(self.policy, dict):
@@ -292,10 +310,19 @@ class TrainerConfig:
             object.__setattr__(self, "lora", LoraSettings(**self.lora))
         if isinstance(self.data_parallel, dict):
             object.__setattr__(self, "data_parallel", DataParallelSettings(**self.data_parallel))
+        if isinstance(self.generation, dict):
+            object.__setattr__(self, "generation", GenerationSettings(**self.generation))
         p = []
         if self.estimator not in ESTIMATORS:
             p.append(f"estimator={self.estimator!r} (choose one of {ESTIMATORS})")
-        for name in ("epochs", "max_new_tokens", "max_turns", "micro_batch_size", "eval_attempts", "eval_batch_size"):
+        if self.importance_sampling not in IMPORTANCE_SAMPLING:
+            p.append(f"importance_sampling={self.importance_sampling!r} (choose one of {IMPORTANCE_SAMPLING})")
+        if not self.importance_sampling_cap >= 1.0:
+            p.append(f"importance_sampling_cap={self.importance_sampling_cap} (must be >= 1: a ratio of 1 is on-policy)")
+        if self.credit not in CREDITS:
+            p.append(f"credit={self.credit!r} (choose one of {CREDITS}: episode is the pilot's, turn is Kevin's)")
+        for name in ("epochs", "max_new_tokens", "max_turns", "micro_batch_size", "eval_attempts", "eval_batch_size",
+                     "rollout_groups"):
             if getattr(self, name) < 1:
                 p.append(f"{name}={getattr(self, name)} (must be >= 1)")
         if self.group_size < 2:
@@ -329,6 +356,9 @@ class TrainerConfig:
         if not self.message_timeout_s > 0:
             p.append(f"message_timeout_s={self.message_timeout_s} (must be > 0)")
         n = self.data_parallel.num_processes
+        if n > 1 and self.rollout_groups > 1:
+            p.append(f"rollout_groups={self.rollout_groups} with data_parallel.num_processes={n} (batching several "
+                     "groups is single-process only; set rollout_groups=1)")
         if n > 1 and self.group_size % n:
             p.append(
                 f"group_size={self.group_size} is not a multiple of data_parallel.num_processes={n} (each process "

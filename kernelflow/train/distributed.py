@@ -169,7 +169,8 @@ class DataParallel:
     def gather_group(self, local: GroupRollout) -> GroupRollout:
         """The whole group from every rank's share: episodes in rank order, renumbered 0..G-1.
 
-        Times are wall times of ranks working side by side (the slowest rank's), token counts sums.
+        Times are wall times of ranks working side by side (the slowest rank's); token counts and
+        decode steps (each rank's own batches' forward passes) are sums.
         """
         parts: list[GroupRollout] = self.gather(local)
         episodes = []
@@ -180,9 +181,10 @@ class DataParallel:
         for part in parts:
             for t in part.turn_timings:
                 cur = turns.setdefault(t["turn"], {"turn": t["turn"], "episodes": 0, "generation_s": 0.0,
-                                                   "tokens": 0, "evaluation_s": 0.0})
+                                                   "tokens": 0, "decode_steps": 0, "evaluation_s": 0.0})
                 cur["episodes"] += t["episodes"]
                 cur["tokens"] += t["tokens"]
+                cur["decode_steps"] += t.get("decode_steps", 0)
                 cur["generation_s"] = max(cur["generation_s"], t["generation_s"])
                 cur["evaluation_s"] = max(cur["evaluation_s"], t["evaluation_s"])
         return GroupRollout(
@@ -192,6 +194,7 @@ class DataParallel:
             generation_tokens=sum(p.generation_tokens for p in parts),
             evaluation_seconds=max(p.evaluation_seconds for p in parts),
             turn_timings=tuple(turns[k] for k in sorted(turns)),
+            generation_decode_steps=sum(p.generation_decode_steps for p in parts),
         )
 
     def combine(self, local: UpdateResult) -> UpdateResult:
@@ -211,6 +214,11 @@ class DataParallel:
             mean_logp=sum(p.mean_logp * p.tokens for p in parts) / tokens if tokens else 0.0,
             kl=sum(p.kl * p.tokens for p in parts) / tokens if tokens else 0.0,
             seconds=max(p.seconds for p in parts),
+            skipped=local.skipped,  # decided from the whole group, the same on every rank
+            is_ratio_mean=sum(p.is_ratio_mean * p.tokens for p in parts) / tokens if tokens else 1.0,
+            is_ratio_max=max(p.is_ratio_max for p in parts),
+            is_truncated_fraction=sum(p.is_truncated_fraction * p.tokens for p in parts) / tokens if tokens else 0.0,
+            logp_diff_max=max(p.logp_diff_max for p in parts),
         )
 
     def seed_rollouts(self, seed: int, update: int) -> None:

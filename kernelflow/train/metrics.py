@@ -4,6 +4,11 @@
 the count of every verdict status (so no-code answers and rejected hacks show up), completion lengths
 and truncation, group size per turn, learning rate, generation throughput and where the update's time
 went (generation, evaluation, optimisation), plus a few sampled kernels with their verdicts.
+Generation is counted two ways: `generation_tokens` are the ids produced (each row cut after its
+first eos: what was submitted), `generation_decode_steps` the batches' forward passes after the
+prompt (one token for every row still running); `generation_tokens_per_s` and
+`generation_steps_per_s` divide them by the generation seconds. `update_skipped` is 1 when every
+advantage was 0 and the update ran no forward, backward or optimiser step (update.py).
 `scalars()` flattens it into name -> float for a tracker; `to_dict()` keeps everything.
 This module only summarises; it logs nothing and imports no tracker.
 """
@@ -42,6 +47,7 @@ class UpdateMetrics:
     update: int  # 1-based count of updates made so far, across epochs
     task_id: str
     estimator: str
+    credit: str  # dr_grpo's credit assignment: episode (the pilot's) or turn (advantages.py)
     loss: float
     grad_norm: float
     lr: float
@@ -61,7 +67,15 @@ class UpdateMetrics:
     kl: float
     generation_tokens: int
     generation_seconds: float
-    generation_tokens_per_s: float
+    generation_tokens_per_s: float  # produced tokens (cut at eos) per second of generation
+    generation_decode_steps: int
+    generation_steps_per_s: float  # decode steps (batch forward passes) per second of generation
+    update_skipped: bool  # all advantages 0: no forward, backward or optimiser step
+    is_ratio_mean: float  # truncated importance sampling (loss.py): pi_train / pi_sample over trained tokens
+    is_ratio_max: float
+    is_truncated_fraction: float
+    logp_diff_max: float  # largest |log pi_train - log pi_sample| (0 when importance sampling is off)
+    rollout_staleness: int  # updates made between sampling this group and training on it (rollout_groups)
     evaluation_seconds: float
     optimisation_seconds: float
     update_seconds: float  # wall time of the whole group: rollouts, advantages, step, bookkeeping
@@ -74,7 +88,9 @@ class UpdateMetrics:
             "loss", "grad_norm", "lr", "reward_mean", "reward_std", "return_mean", "return_std",
             "advantage_abs_mean", "completion_tokens_mean", "completion_tokens_max", "truncation_rate",
             "trained_tokens", "mean_logp", "kl", "generation_tokens", "generation_seconds",
-            "generation_tokens_per_s", "evaluation_seconds", "optimisation_seconds", "update_seconds",
+            "generation_tokens_per_s", "generation_decode_steps", "generation_steps_per_s", "update_skipped",
+            "is_ratio_mean", "is_ratio_max", "is_truncated_fraction", "logp_diff_max", "rollout_staleness",
+            "evaluation_seconds", "optimisation_seconds", "update_seconds",
         ):
             out[key] = float(getattr(self, key))
         for t, rate in enumerate(self.correct_rate_per_turn):
@@ -98,7 +114,7 @@ class UpdateMetrics:
             f"statuses {dict(sorted(self.status_counts.items()))}, loss {self.loss:.4g}, grad {self.grad_norm:.3g}, "
             f"gen {self.generation_tokens} tok @ {self.generation_tokens_per_s:.1f} tok/s "
             f"({self.generation_seconds:.1f} s), eval {self.evaluation_seconds:.1f} s, "
-            f"optim {self.optimisation_seconds:.1f} s"
+            f"optim {self.optimisation_seconds:.1f} s{' (skipped: all advantages 0)' if self.update_skipped else ''}"
         )
 
 
@@ -140,6 +156,8 @@ def update_metrics(
     update: int,
     estimator: str,
     group: GroupRollout,
+    credit: str = "episode",
+    staleness: int = 0,
     advantages: Advantages,
     result: UpdateResult,
     samples: int = 2,
@@ -166,6 +184,7 @@ def update_metrics(
         update=update,
         task_id=group.task_id,
         estimator=estimator,
+        credit=credit,
         loss=result.loss,
         grad_norm=result.grad_norm,
         lr=result.lr,
@@ -186,6 +205,16 @@ def update_metrics(
         generation_tokens=group.generation_tokens,
         generation_seconds=group.generation_seconds,
         generation_tokens_per_s=group.generation_tokens / group.generation_seconds if group.generation_seconds else 0.0,
+        generation_decode_steps=group.generation_decode_steps,
+        generation_steps_per_s=(
+            group.generation_decode_steps / group.generation_seconds if group.generation_seconds else 0.0
+        ),
+        update_skipped=result.skipped,
+        is_ratio_mean=result.is_ratio_mean,
+        is_ratio_max=result.is_ratio_max,
+        is_truncated_fraction=result.is_truncated_fraction,
+        logp_diff_max=result.logp_diff_max,
+        rollout_staleness=staleness,
         evaluation_seconds=group.evaluation_seconds,
         optimisation_seconds=result.seconds,
         update_seconds=update_s,

@@ -23,12 +23,12 @@ This module does not generate (generation.py) or train (update.py).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from kernelflow.train.config import LoraSettings, PolicyConfig
+from kernelflow.train.config import GenerationSettings, LoraSettings, PolicyConfig
 from kernelflow.train.sft import build_sft_model
 from kernelflow.train.tiny import build_tiny_model
 
@@ -52,6 +52,8 @@ class Policy:
     turn_end_id: int  # the token the chat template closes a turn with (<|im_end|>)
     pad_id: int
     vocab_limit: int | None  # logits at ids >= this are excluded (padded embedding rows)
+    generation: GenerationSettings = field(default_factory=GenerationSettings)  # the loop sets the run's
+    runtime: dict = field(default_factory=dict, repr=False)  # generation's reusable state (merge buffers, engines)
 
     def trainable_parameters(self) -> list[tuple[str, torch.nn.Parameter]]:
         return [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
@@ -101,8 +103,7 @@ def load_tokenizer(location: str, revision: str | None = None):
 
 def load_policy(config: PolicyConfig, lora: LoraSettings, seed: int = 42) -> Policy:
     """Load the base model and tokenizer, wrap the model in a fresh LoRA adapter drawn from `seed`."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, GenerationConfig
+    from transformers import AutoModelForCausalLM
 
     location, revision = model_location(config)
     device = resolve_device(config.device)
@@ -119,6 +120,19 @@ def load_policy(config: PolicyConfig, lora: LoraSettings, seed: int = 42) -> Pol
     base = AutoModelForCausalLM.from_pretrained(location, **kwargs)
     if device.type != "cuda":
         base.to(device)
+    return policy_from_model(base, tokenizer, config, lora, seed, device, location, revision)
+
+
+def policy_from_model(
+    base, tokenizer, config: PolicyConfig, lora: LoraSettings, seed: int, device: torch.device,
+    location: str, revision: str | None = None,
+) -> Policy:
+    """A loaded base model (on `device`) and its tokenizer made into a Policy: checkpointing, generation
+    config, a fresh LoRA adapter drawn from `seed`. `load_policy` ends here; benchmarks that build a
+    large random model directly on the GPU (benchmarks/train_step.py) enter here too."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import GenerationConfig
+
     if config.gradient_checkpointing:
         # transformers 5 renamed it; the old name still works but warns
         enable = getattr(base, "activation_checkpointing_enable", None)

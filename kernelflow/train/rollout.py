@@ -14,6 +14,7 @@ advantages or update the model.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import Counter
@@ -68,6 +69,7 @@ class TurnRecord:
     runtime_ms: float | None
     roofline_fraction: float | None
     verdict: dict = field(default_factory=dict)
+    completion_logprobs: tuple[float, ...] | None = None  # the sampler's log-probs of completion_ids
 
 
 @dataclass(frozen=True)
@@ -94,9 +96,10 @@ class GroupRollout:
     task_id: str
     episodes: tuple[EpisodeRecord, ...]
     generation_seconds: float
-    generation_tokens: int
+    generation_tokens: int  # produced, each row cut at its first eos (generation.py)
     evaluation_seconds: float
     turn_timings: tuple[dict, ...] = ()
+    generation_decode_steps: int = 0  # the batches' forward passes after the prompt, summed over turns
 
 
 def _attr(obs: Any, name: str, default: Any = None) -> Any:
@@ -135,7 +138,7 @@ def run_episodes(
     n = len(task_ids)
     tok = policy.tokenizer
     gen_s = eval_s = 0.0
-    gen_tokens = 0
+    gen_tokens = gen_steps = 0
     timings: list[dict] = []
     last = min(max_turns, turn_limit or max_turns) - 1
     with ExitStack() as stack, ThreadPoolExecutor(max_workers=max(n, 1), thread_name_prefix="env") as pool:
@@ -160,6 +163,7 @@ def run_episodes(
             gen = generate(policy, [contexts[i] for i in running], sampling)
             gen_s += gen.seconds
             gen_tokens += gen.tokens
+            gen_steps += gen.decode_steps
             answers = [tok.decode(list(c.ids), skip_special_tokens=True) for c in gen.completions]
             t0 = time.perf_counter()
             active = [sessions[i] for i in running]
@@ -168,7 +172,7 @@ def run_episodes(
             eval_s += step_s
             timings.append(
                 {"turn": turn, "episodes": len(running), "generation_s": gen.seconds, "tokens": gen.tokens,
-                 "evaluation_s": step_s}
+                 "decode_steps": gen.decode_steps, "evaluation_s": step_s}
             )
             still = []
             for k, i in enumerate(running):
@@ -195,6 +199,7 @@ def run_episodes(
                         runtime_ms=_attr(obs, "runtime_ms"),
                         roofline_fraction=_attr(obs, "roofline_fraction"),
                         verdict=dict(_attr(obs, "verdict", None) or {}),
+                        completion_logprobs=comp.logprobs,
                     )
                 )
                 if ends_here:
@@ -205,9 +210,11 @@ def run_episodes(
             label = task_ids[0] if len(set(task_ids)) == 1 else f"{len(set(task_ids))} tasks"
             statuses = dict(Counter(str(_attr(o, "status", "")) for o in observations))
             log.info(
-                "%s turn %d: %d answer(s), %d tokens in %.1f s (%.1f tok/s); judged in %.1f s: %s",
-                label, turn + 1, len(observations), gen.tokens, gen.seconds,
-                gen.tokens / gen.seconds if gen.seconds else 0.0, step_s, statuses,
+                "%s turn %d: %d answer(s), %d tokens in %d decode steps, %.1f s (%.1f tok/s, %.1f steps/s); "
+                "judged in %.1f s: %s",
+                label, turn + 1, len(observations), gen.tokens, gen.decode_steps, gen.seconds,
+                gen.tokens / gen.seconds if gen.seconds else 0.0,
+                gen.decode_steps / gen.seconds if gen.seconds else 0.0, step_s, statuses,
             )
             running = still
     episodes = []
@@ -235,7 +242,60 @@ def run_episodes(
         generation_tokens=gen_tokens,
         evaluation_seconds=eval_s + reset_s,
         turn_timings=tuple(timings),
+        generation_decode_steps=gen_steps,
     )
+
+
+def split_groups(batch: GroupRollout, task_ids: Sequence[str], group_size: int) -> list[GroupRollout]:
+    """One GroupRollout per task from a batch of len(task_ids) x group_size episodes (task-major order).
+
+    Episodes are renumbered 0..G-1 within their group. The batch's generation and evaluation time,
+    shared by all its groups, is attributed by each group's share of the tokens (generation) and of the
+    episodes (evaluation); decode steps likewise by token share.
+    """
+    total = batch.generation_tokens or 1
+    out = []
+    for j, task_id in enumerate(task_ids):
+        eps = tuple(dataclasses.replace(ep, rollout=k) for k, ep in
+                    enumerate(batch.episodes[j * group_size : (j + 1) * group_size]))
+        tokens = sum(len(t.completion_ids) for ep in eps for t in ep.turns)
+        share = tokens / total
+        out.append(GroupRollout(
+            task_id=task_id, episodes=eps, generation_seconds=batch.generation_seconds * share,
+            generation_tokens=tokens, evaluation_seconds=batch.evaluation_seconds / len(task_ids),
+            turn_timings=batch.turn_timings, generation_decode_steps=round(batch.generation_decode_steps * share),
+        ))
+    return out
+
+
+def collect_groups(
+    policy: Policy,
+    factory: SessionFactory,
+    task_ids: Sequence[str],
+    group_size: int,
+    sampling: SamplingSettings,
+    max_turns: int,
+    seeds: Sequence[int],
+    shape: str | None = None,
+) -> list[GroupRollout]:
+    """G sampled episodes of each of `task_ids`, all generated together: one batch of len(task_ids) x G
+    rows per turn (static-cache generation is fastest at 16 rows; a pilot group has 4). Group j is
+    judged on environment seed `seeds[j]`. Every episode must end with the environment's returns (the
+    trainer has nothing to learn from otherwise), so a missing return is an error naming the episode.
+    """
+    ids = [t for t in task_ids for _ in range(group_size)]
+    env_seeds = [sd for sd in seeds for _ in range(group_size)]
+    batch = run_episodes(policy, factory, ids, env_seeds, sampling, max_turns, shape)
+    for ep in batch.episodes:
+        if len(ep.returns) != len(ep.turns) or ep.episode_return != ep.episode_return:
+            raise RuntimeError(
+                f"task {ep.task_id} rollout {ep.rollout % group_size}: the environment returned no final returns "
+                f"after {len(ep.turns)} turn(s) (returns={ep.returns}, episode_return={ep.episode_return}); "
+                "is the server's max_turns equal to trainer.max_turns?"
+            )
+    if len(task_ids) == 1:
+        return [batch]
+    return split_groups(batch, task_ids, group_size)
 
 
 def collect_group(
@@ -248,17 +308,5 @@ def collect_group(
     seed: int = 0,
     shape: str | None = None,
 ) -> GroupRollout:
-    """G sampled episodes of `task_id`, all judged on the same environment seed (a fair comparison).
-
-    Every episode must end with the environment's returns: the trainer has nothing to learn from
-    otherwise, so a missing return is an error naming the episode.
-    """
-    group = run_episodes(policy, factory, [task_id] * group_size, [seed] * group_size, sampling, max_turns, shape)
-    for ep in group.episodes:
-        if len(ep.returns) != len(ep.turns) or ep.episode_return != ep.episode_return:
-            raise RuntimeError(
-                f"task {task_id} rollout {ep.rollout}: the environment returned no final returns after "
-                f"{len(ep.turns)} turn(s) (returns={ep.returns}, episode_return={ep.episode_return}); "
-                "is the server's max_turns equal to trainer.max_turns?"
-            )
-    return group
+    """G sampled episodes of `task_id`, all judged on the same environment seed (a fair comparison)."""
+    return collect_groups(policy, factory, [task_id], group_size, sampling, max_turns, [seed], shape)[0]

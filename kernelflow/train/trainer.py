@@ -62,7 +62,7 @@ from kernelflow.train.loss import training_sequences
 from kernelflow.train.metrics import UpdateMetrics, update_metrics
 from kernelflow.train.model_card import model_card
 from kernelflow.train.policy import Policy
-from kernelflow.train.rollout import SessionFactory, collect_group, env_session_factory
+from kernelflow.train.rollout import GroupRollout, SessionFactory, collect_group, collect_groups, env_session_factory
 from kernelflow.train.update import apply_update, build_optimizer, build_scheduler
 
 log = logging.getLogger("kernelflow.train")
@@ -119,6 +119,7 @@ class GRPOLoop:
             session_factory = env_session_factory(env_url, token, config.message_timeout_s)
         self.config = config
         self.policy = policy
+        policy.generation = config.generation  # how rollouts and evaluations decode (generation.py)
         self.sessions = session_factory
         self.total_updates = total_updates
         self.updates = 0
@@ -151,12 +152,24 @@ class GRPOLoop:
         c = self.config
         return SamplingSettings(c.max_new_tokens, do_sample=True, temperature=c.temperature, top_p=c.top_p)
 
-    def train_group(self, epoch: int, task_id: str) -> UpdateMetrics:
-        """G episodes of `task_id`, then one update. Returns that update's metrics."""
+    def env_seed(self, update: int) -> int:
+        """The environment seed of the group trained as update `update` (0-based)."""
+        return self.config.env_seed + (update if self.config.env_seed_per_update else 0)
+
+    def train_group(self, epoch: int, task_id: str, group: GroupRollout | None = None,
+                    staleness: int = 0) -> UpdateMetrics:
+        """G episodes of `task_id`, then one update. Returns that update's metrics.
+
+        `group`: episodes already collected (rollout_groups > 1: `train_epoch` generates several groups
+        together), sampled `staleness` updates ago.
+        """
         c = self.config
         start = time.perf_counter()
-        env_seed = c.env_seed + (self.updates if c.env_seed_per_update else 0)
-        if self.dp is None:
+        env_seed = self.env_seed(self.updates)
+        shared = 0.0
+        if group is not None:  # collected with the others of its chunk (single process)
+            shared = group.generation_seconds + group.evaluation_seconds  # its share of the batch's time
+        elif self.dp is None:
             group = collect_group(
                 self.policy, self.sessions, task_id, c.group_size, self.sampling(), c.max_turns, env_seed, c.env_shape
             )
@@ -168,18 +181,20 @@ class GRPOLoop:
             )
             group = self.dp.gather_group(local)
         episodes = group.episodes
-        adv = estimate(c.estimator, [ep.episode_return for ep in episodes], [ep.returns for ep in episodes])
+        adv = estimate(c.estimator, [ep.episode_return for ep in episodes], [ep.returns for ep in episodes], c.credit)
         sequences = training_sequences(episodes, adv)
         if self.dp is None:
             result = apply_update(self.policy, self.optimizer, self.scheduler, sequences, c)
         else:
             mine = [sequences[i] for i in share]
-            local_result = apply_update(self.policy, self.optimizer, self.scheduler, mine, c, model=self.train_model)
+            local_result = apply_update(self.policy, self.optimizer, self.scheduler, mine, c, model=self.train_model,
+                                        all_zero=not any(adv.flat()))
             result = self.dp.combine(local_result)
         self.updates += 1
         metrics = update_metrics(
-            epoch=epoch, update=self.updates, estimator=c.estimator, group=group, advantages=adv, result=result,
-            samples=c.samples_per_update, sample_chars=c.sample_chars, wall_seconds=time.perf_counter() - start,
+            epoch=epoch, update=self.updates, estimator=c.estimator, credit=c.credit, group=group, advantages=adv,
+            result=result, staleness=staleness,
+            samples=c.samples_per_update, sample_chars=c.sample_chars, wall_seconds=time.perf_counter() - start + shared,
         )
         self.history.append(metrics)
         return metrics
@@ -198,21 +213,37 @@ class GRPOLoop:
         log.info("epoch %d: %d task group(s) x %d episodes: %s", epoch, len(order), self.config.group_size, order)
         out = []
         start = time.perf_counter()
-        for k, task_id in enumerate(order, 1):
-            m = self.train_group(epoch, task_id)
-            out.append(m)
-            elapsed = time.perf_counter() - start
-            eta = ""
-            if self.total_updates:
-                left = self.total_updates - self.updates
-                eta = f", ~{left * elapsed / k:.0f} s for the {left} update(s) left"
-            log.info("%s [%d/%d this epoch, %.2f updates/min%s]", m.summary(self.total_updates), k, len(order),
-                     60 * k / elapsed if elapsed else 0.0, eta)
+        k = 0
+        chunk = self.config.rollout_groups
+        for begin in range(0, len(order), chunk):
+            tasks = order[begin : begin + chunk]
+            groups: list = [None] * len(tasks)
+            if chunk > 1:  # one generation batch for the chunk's groups, then their updates in order
+                g0 = time.perf_counter()
+                groups = collect_groups(
+                    self.policy, self.sessions, tasks, self.config.group_size, self.sampling(), self.config.max_turns,
+                    [self.env_seed(self.updates + j) for j in range(len(tasks))], self.config.env_shape,
+                )
+                log.info("rollouts of %d groups (%s) in one batch: %.1f s", len(tasks), tasks, time.perf_counter() - g0)
+            for j, (task_id, group) in enumerate(zip(tasks, groups, strict=True)):
+                k += 1
+                m = self.train_group(epoch, task_id, group, staleness=j)
+                out.append(m)
+                self._progress(m, k, len(order), start)
         self.epochs_completed = epoch
         rewards = [m.reward_mean for m in out]
         log.info("epoch %d done in %.1f s: mean reward %.3f", epoch, time.perf_counter() - start,
                  statistics.fmean(rewards))
         return out
+
+    def _progress(self, m: UpdateMetrics, k: int, n: int, start: float) -> None:
+        elapsed = time.perf_counter() - start
+        eta = ""
+        if self.total_updates:
+            left = self.total_updates - self.updates
+            eta = f", ~{left * elapsed / k:.0f} s for the {left} update(s) left"
+        log.info("%s [%d/%d this epoch, %.2f updates/min%s]", m.summary(self.total_updates), k, n,
+                 60 * k / elapsed if elapsed else 0.0, eta)
 
     def greedy_evaluate(self, task_ids: Sequence[str], seed: int | None = None) -> list[TaskEvalResult]:
         """Greedy attempts (up to `eval_attempts`) for every task, batched across tasks."""

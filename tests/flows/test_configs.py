@@ -203,3 +203,18 @@ def test_top_level_seed_sets_the_trainer_seed_for_multirun_sweeps():
     assert seeded.trainer.seed == 43
     assert config_hash(seeded) == config_hash(experiment("trainer.seed=43"))
     assert config_hash(seeded) != config_hash(experiment("seed=44"))
+
+
+def test_issue_18_trainer_keys_compose_and_fail_by_name():
+    """credit, importance sampling and the generation path are trainer keys with the pilot's defaults."""
+    t = experiment("experiment=pilot").trainer
+    assert (t.credit, t.importance_sampling, t.generation.backend, t.generation.merge_adapter) == (
+        "episode", "off", "eager", True)
+    t = experiment("trainer.credit=turn", "trainer.importance_sampling=token_truncate",
+                   "trainer.generation.backend=static_compiled", "trainer.generation.max_context=6144").trainer
+    assert (t.credit, t.importance_sampling, t.generation.backend, t.generation.max_context) == (
+        "turn", "token_truncate", "static_compiled", 6144)
+    with pytest.raises(ConfigError, match="credit='step'"):
+        experiment("trainer.credit=step")
+    with pytest.raises(ConfigError, match="needs merge_adapter=true"):
+        experiment("trainer.generation.backend=static_compiled", "trainer.generation.merge_adapter=false")

@@ -58,7 +58,7 @@ def reference_update(config: TrainerConfig, world: int, task_id: str):
         torch.manual_seed(sampling_seed(config.seed, 0, rank))
         part = collect_group(policy, FakeSession, task_id, per, loop.sampling(), config.max_turns, config.env_seed)
         episodes.extend(part.episodes)
-    adv = estimate(config.estimator, [e.episode_return for e in episodes], [e.returns for e in episodes])
+    adv = estimate(config.estimator, [e.episode_return for e in episodes], [e.returns for e in episodes], config.credit)
     optimizer = build_optimizer(policy, config)
     sequences = training_sequences(episodes, adv)
     result = apply_update(policy, optimizer, build_scheduler(optimizer, config, None), sequences, config)

@@ -84,3 +84,44 @@ def test_group_sizes_and_bad_input():
         dr_grpo([1.0, 2.0], [[1.0]])
     with pytest.raises(ValueError, match="no turns"):
         trloo([1.0], [[]])
+
+
+# The issue's example (stop_on_correct=false, gamma 0.4): (r1, r2) = (0, 3), (3, 0), (0, 0), (0, 0).
+# Episode 0's second turn repaired a broken kernel; episode 1's broke a correct one.
+REPAIR_EXAMPLE = [(0.0, 3.0), (3.0, 0.0), (0.0, 0.0), (0.0, 0.0)]
+
+
+def _returns(rewards, gamma=0.4):
+    """G_t as the environment sends them (a test double of kernelflow/env's formula)."""
+    return [[sum(gamma ** (k - t) * r[k] for k in range(t, len(r))) for t in range(len(r))] for r in rewards]
+
+
+def test_episode_credit_rewards_the_breaking_second_turn_more_than_the_repair():
+    """The pilot's default, as the issue measured it: 0.15, 1.95, -1.05, -1.05 on both turns."""
+    G = _returns(REPAIR_EXAMPLE)
+    a = estimate("dr_grpo", [g[0] for g in G], G)
+    assert [list(r) for r in a.per_turn] == approx([[0.15, 0.15], [1.95, 1.95], [-1.05, -1.05], [-1.05, -1.05]])
+
+
+def test_turn_credit_gives_the_repairing_second_turn_the_larger_advantage():
+    G = _returns(REPAIR_EXAMPLE)  # G_1 = 1.2, 3, 0, 0 ; G_2 = 3, 0, 0, 0
+    a = estimate("dr_grpo", [g[0] for g in G], G, credit="turn")
+    # turn 1: G_1 - 1.05 ; turn 2: G_2 - 0.75
+    assert [list(r) for r in a.per_turn] == approx([[0.15, 2.25], [1.95, -0.75], [-1.05, -0.75], [-1.05, -0.75]])
+    repair, broke = a.per_turn[0][1], a.per_turn[1][1]
+    assert repair > broke and repair == max(a.flat())
+    # per-turn Dr. GRPO is TRLOO without the N_t / (N_t - 1) factor (here 4/3)
+    t = estimate("trloo", [g[0] for g in G], G, credit="turn")
+    assert [list(r) for r in t.per_turn] == approx([[4 / 3 * x for x in r] for r in a.per_turn])
+
+
+def test_turn_credit_baselines_each_turn_over_the_episodes_that_reached_it():
+    G = [[2.7], [0.4, 1.0], [3.0], [0.0, 0.0]]  # episodes 0 and 2 stopped after turn 1; N = (4, 2)
+    a = estimate("dr_grpo", [g[0] for g in G], G, credit="turn")
+    t1 = [g[0] - 6.1 / 4 for g in G]
+    assert [r[0] for r in a.per_turn] == pytest.approx(t1)
+    assert a.per_turn[1][1] == pytest.approx(0.5) and a.per_turn[3][1] == pytest.approx(-0.5)
+    alone = estimate("dr_grpo", [0.0, 3.0], [[0.0, 1.2], [3.0]], credit="turn")
+    assert alone.per_turn[0][1] == 0.0  # N_2 = 1: nothing to compare with
+    with pytest.raises(ValueError, match="credit 'step'"):
+        estimate("dr_grpo", [1.0], [[1.0]], credit="step")

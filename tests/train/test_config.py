@@ -35,6 +35,14 @@ def test_plan_gives_the_pilot_numbers_from_configuration_alone():
         ({"policy": {"source": "s3"}}, "source='s3'"),
         ({"lora": {"r": 0}}, "r=0"),
         ({"policy": {"source": "tiny", "tiny": {"hidden_size": 30, "num_heads": 4}}}, "not divisible"),
+        ({"credit": "step"}, "credit='step'"),
+        ({"importance_sampling": "sequence"}, "importance_sampling='sequence'"),
+        ({"importance_sampling_cap": 0.5}, "importance_sampling_cap=0.5"),
+        ({"rollout_groups": 0}, "rollout_groups=0"),
+        ({"rollout_groups": 2, "data_parallel": {"num_processes": 2}}, "single-process only"),
+        ({"generation": {"backend": "sglang"}}, "backend='sglang'"),
+        ({"generation": {"backend": "static_compiled", "merge_adapter": False}}, "needs merge_adapter=true"),
+        ({"generation": {"length_bucket": 0}}, "length_bucket=0"),
     ],
 )
 def test_invalid_settings_name_the_value(kwargs, fragment):

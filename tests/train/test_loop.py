@@ -154,3 +154,79 @@ def test_checkpoint_refuses_another_base_model(tiny_trainer_config, fake_env, tm
     other = make_loop(other_cfg, fake_env())
     with pytest.raises(ValueError, match="load the same base model"):
         other.load_checkpoint(tmp_path / "c")
+
+
+def test_turn_credit_reaches_the_update(tiny_trainer_config):
+    """trainer.credit=turn: the second turn's tokens are credited with r2's baseline, not the episode's."""
+    script = iter([(0.0, 3.0), (3.0, 0.0)])  # sessions are made in rollout order: rollout 0 repairs, 1 breaks
+
+    def factory():
+        rewards = iter(next(script))
+        return FakeSession(reward_fn=lambda code: next(rewards))
+
+    for credit, expected in (("episode", 0.9), ("turn", (0.9 + 0.9 + 1.5 + 1.5) / 4)):
+        script = iter([(0.0, 3.0), (3.0, 0.0)])
+        loop = make_loop(dataclasses.replace(tiny_trainer_config, credit=credit), factory)
+        m = loop.train_group(1, "19_ReLU")
+        # episode: R = (1.2, 3.0) -> -0.9, +0.9 on every turn; turn: G_1 -> -0.9, +0.9 and G_2 = (3, 0) -> +1.5, -1.5
+        assert m.credit == credit
+        assert m.advantage_abs_mean == pytest.approx(expected)
+
+
+def test_zero_advantage_update_is_skipped_and_says_so_in_its_metrics(tiny_trainer_config):
+    """Every rollout earns the same reward: the update's metrics say it was skipped; weights do not move."""
+    loop = make_loop(tiny_trainer_config, lambda: FakeSession(reward_fn=lambda code: 0.0))
+    before = lora_state(loop)
+    m = loop.train_group(1, "19_ReLU")
+    assert m.update_skipped and m.scalars()["update_skipped"] == 1.0 and m.trained_tokens == 0
+    assert "skipped" in m.summary()
+    assert all(torch.equal(p, before[n]) for n, p in loop.policy.trainable_parameters())
+    assert loop.updates == 1  # it still counts as an update (the schedule and the task order move on)
+
+
+def test_generation_metrics_count_tokens_produced_and_decode_steps(tiny_trainer_config):
+    m = make_loop(tiny_trainer_config, FakeSession).train_group(1, "19_ReLU")
+    turns = m.group_size_per_turn
+    # each turn's batch runs at most max_new_tokens steps, and produces at most one token per row per step
+    assert len(turns) <= m.generation_decode_steps <= len(turns) * tiny_trainer_config.max_new_tokens
+    assert m.generation_decode_steps <= m.generation_tokens <= sum(turns) * m.generation_decode_steps
+    assert m.generation_steps_per_s == pytest.approx(m.generation_decode_steps / m.generation_seconds)
+    assert not m.update_skipped
+
+
+def test_sampling_logprobs_travel_from_generation_to_the_importance_weights(tiny_trainer_config):
+    """importance_sampling=token_truncate through the loop: every turn carries the sampler's log-probs, and
+    merged float32 sampling gives ratios of 1 against the unmerged update forward (bf16 would not)."""
+    cfg = dataclasses.replace(tiny_trainer_config, importance_sampling="token_truncate")
+    loop = make_loop(cfg, FakeSession)
+    m = loop.train_group(1, "19_ReLU")
+    assert not m.update_skipped and m.trained_tokens > 0
+    assert m.is_ratio_mean == pytest.approx(1.0, abs=1e-4) and m.logp_diff_max < 1e-4
+    assert m.scalars()["is_truncated_fraction"] == 0.0
+
+
+def test_rollout_groups_generate_several_groups_in_one_batch_then_update_each(tiny_trainer_config, monkeypatch):
+    import kernelflow.train.rollout as rollout_module
+
+    batch_rows = []
+    real_generate = rollout_module.generate
+
+    def spy(policy, prompts, settings):
+        batch_rows.append(len(prompts))
+        return real_generate(policy, prompts, settings)
+
+    monkeypatch.setattr(rollout_module, "generate", spy)
+    cfg = dataclasses.replace(tiny_trainer_config, rollout_groups=2, env_seed=3, env_seed_per_update=True)
+    FakeSession.log.clear()
+    loop = make_loop(cfg, FakeSession)
+    metrics = loop.train_epoch(1, TASKS)
+    assert batch_rows == [4, 4]  # turn 1 and turn 2, each one batch of 2 groups x 2 episodes
+    assert [m.rollout_staleness for m in metrics] == [0, 1] and loop.updates == 2
+    assert [m.task_id for m in metrics] == loop.task_order(1, TASKS)
+    by_task = {}
+    for _, task, seed, _ in FakeSession.log:
+        by_task.setdefault(task, set()).add(seed)
+    assert {task: seeds for task, seeds in by_task.items()} == {metrics[0].task_id: {3}, metrics[1].task_id: {4}}
+    for m in metrics:
+        assert m.group_size_per_turn == (2, 2) and sum(m.status_counts.values()) == 4
+        assert m.generation_tokens > 0 and m.update_seconds >= m.generation_seconds + m.optimisation_seconds

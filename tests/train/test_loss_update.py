@@ -162,3 +162,74 @@ def test_kl_term_uses_the_base_model_as_reference(policy, tiny_trainer_config):
     assert first.kl == pytest.approx(0.0, abs=1e-6)  # LoRA B starts at 0: policy == reference
     second = apply_update(policy, opt, sched, _group(policy), cfg)
     assert second.kl > 0
+
+
+def test_an_update_with_all_advantages_zero_skips_forward_backward_and_step(policy, tiny_trainer_config, monkeypatch):
+    """Zero advantages (and no KL) give a zero gradient: nothing runs, nothing moves, and the result says so."""
+    import kernelflow.train.update as update_module
+
+    calls = []
+    monkeypatch.setattr(update_module, "token_logprobs", lambda *a, **k: calls.append(1) or (_ for _ in ()).throw(
+        AssertionError("forward ran")))
+    cfg = dataclasses.replace(tiny_trainer_config, lr_scheduler="linear", warmup_updates=0)
+    opt = build_optimizer(policy, cfg)
+    sched = build_scheduler(opt, cfg, total_updates=4)
+    before = {n: p.detach().clone() for n, p in policy.model.named_parameters()}
+    zero = [dataclasses.replace(s, advantages=tuple(0.0 for _ in s.advantages)) for s in _group(policy)]
+    res = apply_update(policy, opt, sched, zero, cfg)
+    assert res.skipped and calls == [] and res.tokens == 0 and res.grad_norm == 0.0
+    assert all(torch.equal(p, before[n]) for n, p in policy.model.named_parameters())
+    assert opt.state == {} or all(not s for s in opt.state.values())  # AdamW never stepped
+    assert opt.param_groups[0]["lr"] == pytest.approx(cfg.learning_rate * 3 / 4)  # the schedule still advanced
+    # with a KL term the gradient is not zero, so the update runs
+    monkeypatch.undo()
+    kl_cfg = dataclasses.replace(tiny_trainer_config, kl_weight=0.1)
+    assert not apply_update(policy, opt, sched, zero, kl_cfg).skipped
+    nonzero = apply_update(policy, opt, sched, _group(policy), cfg)
+    assert not nonzero.skipped and nonzero.tokens == 12
+
+
+def test_truncated_importance_sampling_weights_each_token_by_the_capped_ratio():
+    logp = torch.tensor([[-1.0, -2.0, -0.5, -3.0]], requires_grad=True)
+    sampling = torch.tensor([[-1.0, -2.5, -2.0, -3.0]])  # ratios e^0, e^0.5, e^1.5 (capped at 3), masked
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    adv = torch.tensor([[1.0, 1.0, -2.0, 5.0]])
+    loss, stats = policy_gradient_loss(logp, mask, adv, 10.0, sampling_logp=sampling, is_cap=3.0)
+    loss.backward()
+    w = torch.tensor([1.0, float(torch.exp(torch.tensor(0.5))), 3.0, 0.0])
+    assert torch.allclose(logp.grad[0], -adv[0] * w * mask[0] / 10.0)  # the weight is not differentiated
+    assert stats["is_truncated"] == 1 and stats["logp_diff_max"] == pytest.approx(1.5)
+    assert stats["is_ratio_max"] == pytest.approx(float(torch.exp(torch.tensor(1.5))))
+    with pytest.raises(ValueError, match="sampler's log-probabilities"):
+        policy_gradient_loss(logp, mask, adv, 10.0, is_cap=3.0)
+
+
+def test_importance_sampling_on_its_own_samples_is_a_ratio_of_one(policy, tiny_trainer_config):
+    """Sampled through the unmerged float32 model, the recorded log-probs are the training forward's: the
+    update with token_truncate reports ratio 1 and gives the same step as without it."""
+    from kernelflow.train.config import GenerationSettings
+    from kernelflow.train.generation import SamplingSettings, generate
+
+    policy.generation = GenerationSettings(merge_adapter=False)
+    tok = policy.tokenizer
+    prompts = [prompt_ids(tok, build_messages(get_task(t))) for t in ("19_ReLU", "21_Sigmoid")]
+    torch.manual_seed(0)
+    gen = generate(policy, prompts, SamplingSettings(max_new_tokens=6, temperature=0.8))
+    seqs = [TrainingSequence(tuple(p) + c.ids, (0,) * len(p) + (1,) * len(c.ids),
+                             (0.0,) * len(p) + (a,) * len(c.ids), (0.0,) * len(p) + c.logprobs)
+            for p, c, a in zip(prompts, gen.completions, (1.0, -1.0), strict=True)]
+    results = []
+    for mode in ("off", "token_truncate"):
+        cfg = dataclasses.replace(tiny_trainer_config, temperature=0.8, importance_sampling=mode, adam_eps=1.0)
+        pol_state = {n: p.detach().clone() for n, p in policy.trainable_parameters()}
+        opt = build_optimizer(policy, cfg)
+        res = apply_update(policy, opt, build_scheduler(opt, cfg, None), seqs, cfg)
+        results.append((res, {n: p.detach().clone() for n, p in policy.trainable_parameters()}))
+        with torch.no_grad():
+            for n, p in policy.trainable_parameters():
+                p.copy_(pol_state[n])
+    off, on = results
+    assert on[0].is_ratio_mean == pytest.approx(1.0, abs=1e-5) and on[0].logp_diff_max < 1e-5
+    assert on[0].is_truncated_fraction == 0.0 and off[0].is_ratio_mean == 1.0
+    for n, w in off[1].items():
+        assert torch.allclose(w, on[1][n], atol=1e-6), n
