@@ -2,7 +2,7 @@
 # Evaluator v2 on the GPU host, in one call of at most ~9.5 minutes (issue #17): the ten controls at full
 # shape (+ ReLU repeats), the GPU evaluator tests, the runtime and distribution fixtures on CUDA, and the
 # hostile batch. Usage (from the checkout, wheels in .whl/):  bash benchmarks/h200_v2_check.sh OUT [STEP...]
-# Steps: controls gpu-eval corpus-new corpus hostile isolation (default: controls gpu-eval corpus-new hostile).
+# Steps: controls gpu-eval corpus-new corpus checks (gpu-eval + corpus side by side) hostile isolation (default: controls gpu-eval corpus-new hostile).
 set -uo pipefail
 out="${1:?output directory}"; shift
 steps=("$@"); [ ${#steps[@]} -gt 0 ] || steps=(controls gpu-eval corpus-new hostile)
@@ -29,6 +29,14 @@ for step in "${steps[@]}"; do
       timeout "${CORPUS_LIMIT:-420}" $py -m pytest -m gpu tests/eval/test_adversarial.py -n 8 -v -p no:cacheprovider --timeout 300 \
         >"$out/corpus.log" 2>&1
       echo "corpus rc=$?"; grep -E "FAILED|ERROR|passed|failed" "$out/corpus.log" | tail -20 ;;
+    checks)  # the GPU tests and the whole CUDA corpus side by side: the GPU lock keeps timed calls alone
+      timeout "${CHECKS_LIMIT:-300}" $py -m pytest -m gpu tests/eval/test_gpu_evaluator.py tests/eval/test_isolation.py -v \
+        -p no:cacheprovider --timeout 250 >"$out/gpu_eval.log" 2>&1 &
+      timeout "${CHECKS_LIMIT:-300}" $py -m pytest -m gpu tests/eval/test_adversarial.py -n "${CORPUS_WORKERS:-6}" -v \
+        -p no:cacheprovider --timeout 250 >"$out/corpus.log" 2>&1
+      echo "corpus rc=$?"; wait; echo "gpu-eval done"
+      grep -E "FAILED|ERROR|passed|failed" "$out/gpu_eval.log" | tail -14
+      grep -E "FAILED|ERROR| passed| failed" "$out/corpus.log" | tail -20 ;;
     hostile)
       timeout "${HOSTILE_LIMIT:-170}" $py benchmarks/hostile_batch.py --backend cuda --shape full --workers 4 --timeout-s 40 \
         --out "$out/h" >"$out/hostile.log" 2>&1
