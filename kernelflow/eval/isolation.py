@@ -74,8 +74,17 @@ BACKEND_MECHANISMS = {
 # torch's CUDA IPC opens the judge's reference-count files in /dev/shm read-write.
 BACKEND_WRITABLE = {
     "interpret": {"dirs": (), "files": ("/dev/null",)},
-    "cuda": {"dirs": ("/dev/shm",), "files": ("/dev/null", "/dev/nvidia*")},
+    # /dev as a file rule: writes to existing device nodes beneath it (the driver's), no new nodes.
+    "cuda": {"dirs": ("/dev/shm",), "files": ("/dev",)},
 }
+# When Landlock is applied: at the worker's very start (single-threaded: every thread it later starts
+# inherits the domain), or after the warm-up. On CUDA it must be after: with Landlock in force before
+# CUDA's initialisation, `torch.cuda.set_device` failed on the H200 (2026-12-01, benchmarks/
+# worker_start_probe.py: the worker started with every mechanism but Landlock, and with none it did
+# not), while Landlock applied after the warm-up ran whole verdicts there (benchmarks/trust_probe.py).
+# The cost: threads the CUDA driver started during the warm-up are outside the domain; the
+# submission's Python runs on the main thread, inside it, and so does every thread it starts.
+BACKEND_LANDLOCK_LATE = {"interpret": False, "cuda": True}
 # Whether the seccomp filter lets the worker create sockets (its channel is open before the filter).
 # CUDA: denied, unverified on the H200 (legacy CUDA IPC is not expected to need a socket).
 BACKEND_SOCKETS_ALLOWED = {"interpret": False, "cuda": False}
@@ -292,7 +301,8 @@ def plan_worker(resolved: Resolved, workdir: str) -> WorkerPlan:
     files = [p for pattern in writable["files"] for p in sorted(glob.glob(pattern))]
     self_setup = {
         "no_new_privs": "no_new_privs" in mech,
-        "landlock": {"dirs": [workdir, *writable["dirs"]], "files": files} if "landlock" in mech else None,
+        "landlock": {"dirs": [workdir, *writable["dirs"]], "files": files,
+                     "late": BACKEND_LANDLOCK_LATE[resolved.backend]} if "landlock" in mech else None,
         "seccomp": {"allow_sockets": BACKEND_SOCKETS_ALLOWED[resolved.backend]} if "seccomp" in mech else None,
     }
     return WorkerPlan(resolved, uid, gid, tuple(prefix), self_setup)
@@ -341,7 +351,7 @@ def confine_early(setup: dict | None) -> list[str]:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
         applied.append("no_new_privs")
     rules = setup.get("landlock")
-    if rules:
+    if rules and not rules.get("late"):
         threads = len(os.listdir("/proc/self/task"))
         if threads != 1:
             raise RuntimeError(f"Landlock must be applied while the worker has one thread, it has {threads}")
@@ -353,10 +363,20 @@ def confine_early(setup: dict | None) -> list[str]:
 
 
 def confine_late(setup: dict | None) -> list[str]:
-    """After the warm-up, before the submission exists: the seccomp filter on every thread."""
-    if not setup or not setup.get("seccomp"):
+    """After the warm-up, before the submission exists: Landlock where it must come late
+    (`BACKEND_LANDLOCK_LATE`), then the seccomp filter on every thread."""
+    if not setup:
         return []
-    from kernelflow.eval.seccomp_policy import install
+    applied = []
+    rules = setup.get("landlock")
+    if rules and rules.get("late"):
+        from kernelflow.eval.landlock import restrict_writes
 
-    install(allow_sockets=bool(setup["seccomp"].get("allow_sockets")))
-    return ["seccomp"]
+        restrict_writes(rules["dirs"], rules["files"])
+        applied.append("landlock")
+    if setup.get("seccomp"):
+        from kernelflow.eval.seccomp_policy import install
+
+        install(allow_sockets=bool(setup["seccomp"].get("allow_sockets")))
+        applied.append("seccomp")
+    return applied

@@ -133,6 +133,33 @@ def test_each_worker_gets_a_fresh_unprivileged_uid(tmp_path):
                        str(tmp_path))
     assert cuda.uid is None and "--pid" not in cuda.prefix and "--net" in cuda.prefix
     assert "/dev/shm" in cuda.self_setup["landlock"]["dirs"]
+    # CUDA's initialisation fails under Landlock (H200): there it comes after the warm-up, not at the start.
+    assert cuda.self_setup["landlock"]["late"] and not a.self_setup["landlock"]["late"]
+    assert "/dev" in cuda.self_setup["landlock"]["files"]
+
+
+def test_landlock_marked_late_is_applied_by_confine_late_not_early(tmp_path):
+    """In a subprocess: a late rule set leaves the early step unconfined and confines at the late one."""
+    code = (
+        "import os, sys\n"
+        "from kernelflow.eval.isolation import confine_early, confine_late\n"
+        f"setup = {{'no_new_privs': True, 'landlock': {{'dirs': [{str(tmp_path)!r}], 'files': [], 'late': True}}, "
+        "'seccomp': None}\n"
+        "early = confine_early(setup)\n"
+        "open('/tmp/kf_late_probe', 'w').close(); os.unlink('/tmp/kf_late_probe')  # still allowed\n"
+        "late = confine_late(setup)\n"
+        "try:\n"
+        "    open('/tmp/kf_late_probe', 'w')\n"
+        "    print(early, late, 'WROTE')\n"
+        "except OSError:\n"
+        "    print(early, late, 'DENIED')\n"
+    )
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["['no_new_privs']", "['landlock']", "DENIED"], out.stdout
 
 
 def test_evaluator_reports_its_level_and_the_judge_is_not_dumpable():

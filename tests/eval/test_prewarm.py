@@ -94,7 +94,7 @@ def test_a_prewarmed_worker_is_never_reused():
             assert ev._pool.wait_warm(120)
             v = ev.evaluate("19_ReLU", PID_PROBE.replace("{TAG}", str(i)), seed=i)
             assert v.status == Status.RUNTIME_ERROR, v.feedback
-            dirs.append(re.search(r"worker dir (\S+)", v.feedback).group(1))
+            dirs.append(re.search(r"worker dir (/\S+)", v.feedback).group(1))  # not the quoted source line
         assert ev.stats()["prewarmed_sessions"] == 3
     finally:
         ev.close()
