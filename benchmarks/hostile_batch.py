@@ -69,16 +69,22 @@ def unique(source: str) -> str:
     return source + f"\n# nonce {uuid.uuid4().hex}\n"
 
 
-def judge_all(evaluator: Evaluator, batch, workers: int) -> list[dict]:
+def judge_all(evaluator: Evaluator, batch, workers: int, partial: Path | None = None) -> list[dict]:
+    """Every verdict of `batch`, W at a time; each is appended to `partial` (JSON lines) as it ends, so a
+    run cut short by a time limit still says what it measured."""
     started = time.monotonic()
 
     def one(item):
         name, task, src = item
         t = time.monotonic()
         v = evaluator.evaluate(task, unique(src))
-        return {"name": name, "task": task, "status": v.status, "reward": v.reward, "latency_s": time.monotonic() - t,
+        row = {"name": name, "task": task, "status": v.status, "reward": v.reward, "latency_s": time.monotonic() - t,
                 "finished_at_s": time.monotonic() - started, "runtime_ms": v.runtime_ms,
                 "gpu_wait_s": v.wall_time.gpu_wait_s if v.wall_time else None, "feedback": v.feedback[:200]}
+        if partial is not None:
+            with partial.open("a") as fh:
+                fh.write(json.dumps(row) + "\n")
+        return row
 
     with ThreadPoolExecutor(workers) as pool:
         return list(pool.map(one, batch))
@@ -116,13 +122,17 @@ def main() -> int:
     config = EvalConfig(backend=args.backend, shape=shape, static_checks=False, verdict_cache_size=0,
                         max_workers=args.workers, timeout_s=args.timeout_s)
     evaluator = Evaluator(config)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    partial = out / "hostile_batch.partial.jsonl"
+    partial.unlink(missing_ok=True)
     honest = [(f"honest_{t}", t, solution_source(t)) for t in TASKS]
     t0 = time.monotonic()
-    alone = judge_all(evaluator, honest, args.workers)
+    alone = judge_all(evaluator, honest, args.workers, partial)
     alone_wall = time.monotonic() - t0
     mixed_batch = [item for pair in zip(honest, hostile(), strict=True) for item in pair]
     t0 = time.monotonic()
-    mixed = judge_all(evaluator, mixed_batch, args.workers)
+    mixed = judge_all(evaluator, mixed_batch, args.workers, partial)
     mixed_wall = time.monotonic() - t0
     by_alone = {r["name"]: r for r in alone}
     within = sum(1 for r in mixed if r["name"] in by_alone and r["latency_s"] <= by_alone[r["name"]]["latency_s"] + 20)
@@ -133,8 +143,6 @@ def main() -> int:
               "honest_alone": alone, "honest_alone_wall_s": alone_wall, "mixed": mixed, "mixed_wall_s": mixed_wall,
               "honest_within_20s": within}
     evaluator.close()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     (out / "hostile_batch.json").write_text(json.dumps(result, indent=1, default=str))
     (out / "hostile_batch.md").write_text(markdown(result))
     print(markdown(result))

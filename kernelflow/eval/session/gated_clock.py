@@ -16,8 +16,12 @@ judge's and the worker's CUDA contexts (~0.29 ms on an H200, steady to ~0.01 ms)
 evaluator with a worker that has no submission (`calibrate`), and subtracted. A window shorter than
 an empty call means the work ran outside the gate, which no honest kernel can do (`gate_respected`).
 The spin lets both host hops (the worker's launch, its message, the judge's END) happen while the GPU
-is still busy; if the worker's DONE had already fired when END was queued (`inflated`), the window
-also holds host latency (too slow, never too fast) and the spin doubles for the next call.
+is still busy. If START had already passed when the worker's reply arrived (`late`), the GPU may have
+waited for the worker's launches inside the window: the time is too slow (never too fast), and the
+spin doubles for the next call. On the H200 (2026-12-01) a fixed ~1 ms spin was too short for the
+worker's whole host path (its dispatch guard, launch wrappers and messaging under load): every
+control read 1.1-1.8 ms slow (docs/evaluator.md, "Evaluator v2 on the H200"). The spin now starts at
+~2 ms and adapts; late timed calls are left out of the median when most are on time.
 
 Assumes time-sliced contexts (the default compute mode, no MPS): the judge's and the worker's
 kernels never run at the same time. Measured on the H200 in docs/evaluator.md ("Judge-side timing").
@@ -34,7 +38,8 @@ import torch
 
 from kernelflow.eval.timing import LAUNCH_COVER_CYCLES, MIN_RESOLVABLE_MS
 
-MAX_SPIN_FACTOR = 16
+MAX_SPIN_FACTOR = 32
+START_SPIN_CYCLES = 2 * LAUNCH_COVER_CYCLES  # ~2 ms at H200 clocks
 CALIBRATION_CALLS = 20
 
 
@@ -51,15 +56,15 @@ class GateCalibration:
 class GatedClock:
     """One session's gate and done events and its judge-side timing (see the module docstring)."""
 
-    def __init__(self, device: torch.device, l2_flush_mb: int, spin_cycles: int = LAUNCH_COVER_CYCLES):
+    def __init__(self, device: torch.device, l2_flush_mb: int, spin_cycles: int = START_SPIN_CYCLES):
         self.device = device
         self.gate = torch.cuda.Event(interprocess=True)
         self.done = torch.cuda.Event(interprocess=True)
         self.flush = torch.empty(l2_flush_mb << 20, dtype=torch.uint8, device=device)
         self.base_spin = self.spin = spin_cycles
-        self.inflated_calls = 0
+        self.late_calls = 0
         self.start = self.end = None
-        self.inflated = False
+        self.late = False
 
     def gates_message(self) -> dict:
         with torch.cuda.device(self.device):  # the events are created lazily, at their first use
@@ -79,19 +84,25 @@ class GatedClock:
     def stop(self) -> None:
         """Queue END behind the worker's DONE; anything queued after this follows the timed window."""
         with torch.cuda.device(self.device):
-            self.inflated = bool(self.done.query())  # DONE already fired: host latency is in the window
+            self.late = bool(self.start.query())  # the gate opened before the worker's reply: see the docstring
             torch.cuda.current_stream().wait_event(self.done)
             self.end = torch.cuda.Event(enable_timing=True)
             self.end.record()
 
-    def elapsed_ms(self) -> float:
-        """The window's raw length; adapts the spin when the host was late."""
+    def elapsed_ms(self, adapt: bool = True) -> float:
+        """The window's raw length; doubles the spin after a late call (`adapt`: not for the compile call)."""
         self.end.synchronize()
         raw = self.start.elapsed_time(self.end)
-        if self.inflated:
-            self.inflated_calls += 1
+        if self.late and adapt:
+            self.late_calls += 1
             self.spin = min(self.spin * 2, self.base_spin * MAX_SPIN_FACTOR)
         return raw
+
+
+def timed_median_input(times: list[tuple[float, bool]]) -> list[float]:
+    """The timed calls' times for the median: the on-time ones when they are most, else all of them."""
+    on_time = [t for t, late in times if not late]
+    return on_time if 2 * len(on_time) > len(times) else [t for t, _ in times]
 
 
 def net_ms(raw_ms: float, calibration: GateCalibration) -> float:
