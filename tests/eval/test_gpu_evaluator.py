@@ -15,7 +15,7 @@ from tests.helpers.solutions import solution_source
 
 pytestmark = pytest.mark.gpu
 
-SIDE_STREAM_RELU = '''
+RELU_KERNEL = '''
 import torch
 import torch.nn as nn
 import triton
@@ -27,7 +27,9 @@ def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(out_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0), mask=mask)
+'''
 
+SIDE_STREAM_RELU = RELU_KERNEL + '''
 
 class ModelNew(nn.Module):
     def forward(self, x):
@@ -86,19 +88,7 @@ def test_side_stream_work_cannot_hide_from_the_judges_clock(evaluator):
     assert v.status != "ok" or v.runtime_ms > 0.8 * honest.runtime_ms, (v.status, v.runtime_ms, honest.runtime_ms)
 
 
-COMPILED_LAUNCH_RELU = '''
-import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(out_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0), mask=mask)
-
+COMPILED_LAUNCH_RELU = RELU_KERNEL + '''
 
 class ModelNew(nn.Module):
     def __init__(self):
