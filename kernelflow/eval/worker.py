@@ -216,6 +216,11 @@ class Worker:
         if problem is None:
             if self.cuda:
                 shared, problem = self._export(out)
+                if problem is not None and ("CUDA error" in problem or "illegal" in problem.lower()):
+                    # An asynchronous fault of forward's kernels (an illegal address) surfaces here, at the
+                    # first CUDA call after them: the kernel's failure, as a synchronising worker reported it.
+                    self.send(protocol.CallFailed("runtime_error", problem, guard.violations[:20], True))
+                    return
             else:
                 nbytes = out.numel() * out.element_size()
         self.send(protocol.Called(problem, self.counter.own - launches0, self.counter.other - foreign0,
@@ -235,7 +240,7 @@ class Worker:
             storage = out.untyped_storage()
             _dev, handle, size, offset, ref, ref_offset, event, sync = storage._share_cuda_()
         except Exception as exc:  # noqa: BLE001 - e.g. memory the caching allocator does not own
-            return None, f"the output's memory cannot be shared with the judge ({type(exc).__name__}: {exc})"[:300]
+            return None, f"the output's memory cannot be shared with the judge ({type(exc).__name__}: {exc})"[:1500]
         self.outputs = [out]
         return protocol.SharedOutput(self.device.index or 0, bytes(handle).hex(), int(size), int(offset),
                                      bytes(ref).decode(errors="replace"), int(ref_offset),
