@@ -7,6 +7,7 @@
 - `checks.py`: the named runtime checks, each with the hack it blocks.
 - `gated_clock.py`: the judge's own clock for CUDA calls.
 - `buffers.py`: device memory shared with the worker, and reading its output from the judge's side.
+- `references.py`: the float64 reference, expected output shapes, cached references, the comparison.
 The message types live in `kernelflow/eval/protocol.py` (the worker uses them too); the OS isolation
 of the worker in `kernelflow/eval/isolation.py`.
 """

@@ -4,7 +4,7 @@ A `JudgeSession` gets a warm worker holding the submission (link.py), then runs 
 (plan.py). For every call it draws fresh inputs from the call's seed (or takes them, with their
 float64 reference, from the evaluator's `ReferenceCache`), hands them over (bytes on the CPU; shared
 device buffers on a GPU, buffers.py), and when the worker answers applies the runtime checks
-(checks.py), compares the output with a float64 reference computed here, and checks that the inputs
+(checks.py), compares the output with a float64 reference computed here (references.py), and checks that the inputs
 are unchanged and the repeat reproduced its output. On CUDA every call is timed by the judge's own
 clock (gated_clock.py) and the output is read from the judge's side right behind the clock's end.
 The first failure ends the session; a protocol violation, a call past its own limit, a dead worker:
@@ -15,7 +15,6 @@ It does not decide the reward, calibrate the device or time eager PyTorch (evalu
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from contextlib import nullcontext
@@ -25,9 +24,9 @@ import torch
 import torch.multiprocessing  # noqa: F401  (registers the CUDA IPC reductions used to share buffers)
 
 from kernelflow.eval import protocol
-from kernelflow.eval.cache import Reference, ReferenceCache, reference_key
+from kernelflow.eval.cache import Reference, ReferenceCache
 from kernelflow.eval.config import EvalConfig
-from kernelflow.eval.correctness import CompareResult, as_reference_input, check_against_reference, compare
+from kernelflow.eval.correctness import CompareResult
 from kernelflow.eval.ipc_arena import ArenaPool
 from kernelflow.eval.prewarm import SpawnSpec, WarmPool, WorkerStartError
 from kernelflow.eval.session.buffers import SharedInputs, import_output, unlink_ref_counters
@@ -35,8 +34,9 @@ from kernelflow.eval.session.checks import RUNTIME_CHECKS, CallFacts, first_fail
 from kernelflow.eval.session.gated_clock import GateCalibration, GatedClock, gate_respected, net_ms, timed_median_input
 from kernelflow.eval.session.link import CallLimit, SessionOutcome, WorkerLink
 from kernelflow.eval.session.plan import CallSpec, LockHolds, build_plan, call_limit_s
+from kernelflow.eval.session.references import ReferenceSide
 from kernelflow.eval.verdict import Check, Status
-from kernelflow.tasks import KERNELBENCH_TOLERANCE, Task, generate_inputs
+from kernelflow.tasks import Task, generate_inputs
 
 
 class JudgeSession:
@@ -50,19 +50,14 @@ class JudgeSession:
             task, source, config, backend, device, seeds
         self.cuda = device.type == "cuda"
         self.gpu_lock = gpu_lock
-        self.tolerance = KERNELBENCH_TOLERANCE if config.tolerance_mode == "kernelbench" else task.tolerance
-        self.distribution = config.distribution or task.distribution
-        self.references = references
-        self.evaluator_version = evaluator_version
-        self.dtype = getattr(torch, task.dtype)
+        self.refs = ReferenceSide(task, config, device, references, evaluator_version)
+        self.distribution, self.dtype = self.refs.distribution, self.refs.dtype
         self.link = WorkerLink(SpawnSpec.of(config, backend, device), pool)
         self.arenas = arenas if arenas is not None else (ArenaPool(device) if self.cuda else None)
         self.gate = gate
         self.clock: GatedClock | None = None
         self.inputs: SharedInputs | None = None
         self.ref_counters: set[str] = set()
-        self.output_specs: dict[tuple, tuple[tuple[int, ...], torch.dtype]] = {}
-        self.ref_model = None
         self._late = False  # the last CUDA call's window may hold host latency (gated_clock.py)
 
     @property
@@ -127,49 +122,12 @@ class JudgeSession:
         return outcome
 
     # ---- one call --------------------------------------------------------------------------------
-    def _output_spec(self, shapes: tuple) -> tuple[tuple[int, ...], torch.dtype]:
-        """The shape and dtype forward must return for inputs of `shapes`, from the reference on the meta device.
-
-        A floating reference result means the task's dtype (the reference runs in float64); an integer
-        one (argmax indices) keeps its dtype.
-        """
-        if shapes not in self.output_specs:
-            meta_model = copy.deepcopy(self.ref_model).to("meta")
-            with torch.no_grad():
-                out = meta_model(*[torch.empty(s, dtype=torch.float64, device="meta") for s in shapes])
-            self.output_specs[shapes] = (tuple(out.shape), self.dtype if out.dtype.is_floating_point else out.dtype)
-        return self.output_specs[shapes]
-
     def _reference(self, spec: CallSpec) -> Reference | None:
-        """The call's inputs and float64 reference from the cache (computed and stored on a miss).
-
-        Kept on the CPU even for a CUDA session: a tensor of ours in device memory could share an
-        allocator segment with the buffers the worker maps, and a kernel can read past its arguments.
-        None when the cache is off or the entry exceeds its whole budget.
-        """
-        if self.references is None:
-            return None
-        out_shape, _ = self._output_spec(spec.shapes)
-        numel_in = sum(math.prod(s) for s in spec.shapes)
-        if not self.references.fits(numel_in * self.dtype.itemsize + math.prod(out_shape) * 8):
-            return None
-        distribution = spec.distribution or self.distribution
-        key = reference_key(task_id=self.task.task_id, shapes=spec.shapes, seed=spec.seed,
-                            distribution=distribution, dtype=self.task.dtype, device=str(self.device),
-                            evaluator_version=self.evaluator_version)
-        ref = self.references.get(key)
-        if ref is None:
-            xs = generate_inputs(spec.shapes, spec.seed, distribution, self.device, dtype=self.dtype)
-            with torch.no_grad():
-                expected = self.ref_model(*[as_reference_input(x) for x in xs])
-            ref = Reference(tuple(x.cpu() for x in xs), expected.cpu())
-            del xs, expected
-            self.references.put(key, ref)
-        return ref
+        return self.refs.cached(spec)
 
     def _run_call(self, index: int, spec: CallSpec, ref: Reference | None):
         """Send one call; returns (reply, output or None, inputs as given, the judge's raw window or None)."""
-        out_shape, out_dtype = self._output_spec(spec.shapes)
+        out_shape, out_dtype = self.refs.output_spec(spec.shapes)
         distribution = spec.distribution or self.distribution
         msg = {"op": "call", "shapes": [list(s) for s in spec.shapes], "dtype": self.task.dtype,
                "out_shape": list(out_shape), "out_dtype": str(out_dtype).removeprefix("torch."),
@@ -260,7 +218,7 @@ class JudgeSession:
     # ---- the plan --------------------------------------------------------------------------------
     def _calls(self, hello: protocol.Ready, worker_start_s: float, holds: LockHolds) -> SessionOutcome:
         checks: dict[str, Check] = {"imports": Check(True)}
-        self.ref_model = self.task.load_module().Model(*self.task.init_inputs).to(self.device).to(torch.float64)
+        self.refs.load()
         plan = build_plan(self.task, self.config, self.seeds, self.backend)
         if self.cuda:
             self.inputs = SharedInputs(self.arenas, self.dtype, list(dict.fromkeys(s.shapes for s in plan)))
@@ -285,11 +243,7 @@ class JudgeSession:
                 failed.__dict__.update(base, compile_s=compile_s, log_tail=self.link.log_tail())
                 return failed
             t_ref = time.monotonic()
-            if ref is not None:  # the reference of the pristine input, computed before the call
-                result: CompareResult = compare(out.cpu(), ref.expected, self.tolerance)
-            else:
-                result = check_against_reference(self.ref_model, given, out, self.tolerance,
-                                                 rows_independent=self.task.rows_independent)
+            result: CompareResult = self.refs.compare(out, given, ref)
             ref_s += time.monotonic() - t_ref
             last = result
             failed = None
