@@ -192,8 +192,8 @@ def test_the_warm_up_pays_the_first_dispatch_mode_import():
         "from kernelflow.eval.warm_kernel import launch_under\n"
         "wrap = 'torch._higher_order_ops.triton_kernel_wrap'\n"
         "assert wrap not in sys.modules\n"
-        "counter = LaunchCounter('submission'); counter.install()\n"
-        "assert launch_under(make_guard(counter)(), torch.device('cpu'))\n"
+        "counter = LaunchCounter('submission'); counter.install(cuda=False)\n"
+        "assert launch_under(make_guard(counter, interpreter=True)(), torch.device('cpu'))\n"
         "print(wrap in sys.modules, counter.own, counter.other)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
