@@ -2,7 +2,7 @@
 # Evaluator v2 on the GPU host, in one call of at most ~9.5 minutes (issue #17): the ten controls at full
 # shape (+ ReLU repeats), the GPU evaluator tests, the runtime and distribution fixtures on CUDA, and the
 # hostile batch. Usage (from the checkout, wheels in .whl/):  bash benchmarks/h200_v2_check.sh OUT [STEP...]
-# Steps: controls gpu-eval corpus-new corpus checks (gpu-eval + corpus side by side) hostile isolation (default: controls gpu-eval corpus-new hostile).
+# Steps: controls gpu-eval corpus-new corpus checks (gpu-eval + corpus side by side) pick (PICK=-k expr) hostile isolation (default: controls gpu-eval corpus-new hostile).
 set -uo pipefail
 out="${1:?output directory}"; shift
 steps=("$@"); [ ${#steps[@]} -gt 0 ] || steps=(controls gpu-eval corpus-new hostile)
@@ -37,6 +37,11 @@ for step in "${steps[@]}"; do
       echo "corpus rc=$?"; wait; echo "gpu-eval done"
       grep -E "FAILED|ERROR|passed|failed" "$out/gpu_eval.log" | tail -14
       grep -E "FAILED|ERROR| passed| failed" "$out/corpus.log" | tail -20 ;;
+    pick)  # named GPU tests only, with their failures' tracebacks: PICK="expr" (pytest -k)
+      timeout "${PICK_LIMIT:-150}" $py -m pytest -m gpu tests/eval/test_gpu_evaluator.py tests/eval/test_adversarial.py \
+        -n "${CORPUS_WORKERS:-4}" -v -p no:cacheprovider --timeout 140 --tb=short -k "${PICK:?PICK=pytest -k expression}" \
+        >"$out/pick.log" 2>&1
+      echo "pick rc=$?"; grep -E "FAILED|ERROR| passed| failed|Error|assert" "$out/pick.log" | tail -30 ;;
     hostile)
       timeout "${HOSTILE_LIMIT:-170}" $py benchmarks/hostile_batch.py --backend cuda --shape full --workers 4 --timeout-s 40 \
         --out "$out/h" >"$out/hostile.log" 2>&1

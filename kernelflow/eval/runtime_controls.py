@@ -139,9 +139,10 @@ def make_guard(counter: LaunchCounter, interpreter: bool):
                 self.violations.append(str(func.__name__) + (" (inside a Triton launch)" if counter.in_launch else ""))
             return func(*args, **(kwargs or {}))
 
-        def check_canary(self, device) -> bool:
-            """Run one op the guard must see; False if the guard no longer intercepts (popped or disabled)."""
-            self.canary = torch.zeros(1, device=device)
+        def check_canary(self) -> bool:
+            """Run one op the guard must see; False if the guard no longer intercepts (popped or disabled).
+            On the host: the op only has to pass through the dispatcher, not run on the device."""
+            self.canary = torch.zeros(1)
             self.canary.add_(1)
             self.canary = None
             return self.canary_seen

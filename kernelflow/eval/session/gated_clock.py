@@ -5,8 +5,8 @@ its process (issue #17 measured a LogSoftmax that patched the worker's timing fu
 3.00). So no time a verdict uses is measured there. Per call, on the judge's stream:
 
     flush L2 | spin ~1 ms | write the call's fresh inputs | START | record GATE
-    worker:                   wait GATE | forward's launches | record DONE      (its own stream)
-    judge, once the worker says its call is queued:  wait DONE | END | copy the output
+    worker:                   wait GATE | forward's launches | (host checks, export) | record DONE | reply
+    judge, at the reply:      wait DONE | END | copy the output
 
 `START -> END` is GPU time as the judge's context sees it: the worker's work cannot start before the
 gate opens (its inputs only exist from just before START: earlier work computes on the previous
@@ -15,13 +15,15 @@ finished by then is caught as wrong values. The window also holds two context sw
 judge's and the worker's CUDA contexts (~0.29 ms on an H200, steady to ~0.01 ms): measured once per
 evaluator with a worker that has no submission (`calibrate`), and subtracted. A window shorter than
 an empty call means the work ran outside the gate, which no honest kernel can do (`gate_respected`).
-The spin lets both host hops (the worker's launch, its message, the judge's END) happen while the GPU
-is still busy. If START had already passed when the worker's reply arrived (`late`), the GPU may have
+The spin lets the host path (the worker's launches and checks, its reply, the judge's END) happen while
+the GPU is still busy; so the worker does all its host work before DONE, replies right after it and
+queues no GPU work of its own after DONE (a kernel there would compete with END for the GPU). If START had already passed when the worker's reply arrived (`late`), the GPU may have
 waited for the worker's launches inside the window: the time is too slow (never too fast), and the
 spin doubles for the next call. On the H200 (2026-12-01) a fixed ~1 ms spin was too short for the
-worker's whole host path (its dispatch guard, launch wrappers and messaging under load): every
-control read 1.1-1.8 ms slow (docs/evaluator.md, "Evaluator v2 on the H200"). The spin now starts at
-~2 ms and adapts; late timed calls are left out of the median when most are on time.
+worker's whole host path: every control read 1.1-1.8 ms slow (docs/evaluator.md, "Evaluator v2 on
+the H200"). A ~2 ms adaptive spin did not change that (1.4-2.0 ms slow): the worker exported its
+output and checked for tampering *after* DONE and before replying, so END was queued late whatever
+the spin. Both now come before DONE. Late timed calls are left out of the median when most are on time.
 
 Assumes time-sliced contexts (the default compute mode, no MPS): the judge's and the worker's
 kernels never run at the same time. Measured on the H200 in docs/evaluator.md ("Judge-side timing").

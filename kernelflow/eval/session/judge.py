@@ -266,6 +266,11 @@ class JudgeSession:
         checks["inputs_unchanged"] = Check(True)
         if self.config.check_determinism:
             checks["deterministic"] = Check(True)
+        if self.cuda and self.gate is not None:  # how the clock went: late windows hold host latency
+            late = sum(1 for _, was_late in times[-self.config.timed_runs:] if was_late)
+            checks["judge_clock"] = Check(True, f"{late} of {min(len(times), self.config.timed_runs)} timed calls "
+                                                f"late, spin {self.clock.spin} cycles at the end, empty call "
+                                                f"{self.gate.median_ms:.3f} ms subtracted")
         now = time.monotonic()
         return SessionOutcome(
             Status.OK.value, checks, "", times_ms=timed_median_input(times[-self.config.timed_runs:]), compare=last,
