@@ -2,8 +2,8 @@
 
 Inputs: one arena of the evaluator's `ArenaPool` per session (ipc_arena.py says why arenas are reused,
 never freed), carved into the inputs of every shape set of the plan and mapped into the worker once
-per shape set. The judge writes each call's fresh inputs into them, as the last step before its
-clock starts (gated_clock.py).
+per shape set. The judge draws each call's fresh inputs into private scratch tensors and copies them
+into the shared ones as the last step before its clock starts (gated_clock.py).
 
 Output: the worker exports the storage of the tensor forward returned (`protocol.SharedOutput`); the
 judge maps it and copies it into memory of its own right behind the clock's END event, so nothing
@@ -49,7 +49,8 @@ class SharedInputs:
         return self.slots[shapes]
 
     def scratch_for(self, shapes: tuple, device: torch.device) -> list[torch.Tensor]:
-        """Ordinary (unshared) tensors to regenerate pristine inputs in, for the unchanged-input check."""
+        """Ordinary (unshared) tensors for a call's pristine inputs: drawn there before the clock opens,
+        copied into the shared buffers behind its spin, compared with them after the call."""
         if shapes not in self.scratch:
             self.scratch[shapes] = [torch.empty(s, dtype=self.dtype, device=device) for s in shapes]
         return self.scratch[shapes]

@@ -4,7 +4,7 @@ Why: the submission runs in the worker, and the worker's Python can reach and re
 its process (issue #17 measured a LogSoftmax that patched the worker's timing function and earned
 3.00). So no time a verdict uses is measured there. Per call, on the judge's stream:
 
-    flush L2 | spin ~1 ms | write the call's fresh inputs | START | record GATE
+    flush L2 | spin ~2 ms | copy the call's fresh inputs in | START | record GATE
     worker:                   wait GATE | forward's launches | (host checks, export) | record DONE | reply
     judge, at the reply:      wait DONE | END | copy the output
 
@@ -15,15 +15,19 @@ finished by then is caught as wrong values. The window also holds two context sw
 judge's and the worker's CUDA contexts (~0.29 ms on an H200, steady to ~0.01 ms): measured once per
 evaluator with a worker that has no submission (`calibrate`), and subtracted. A window shorter than
 an empty call means the work ran outside the gate, which no honest kernel can do (`gate_respected`).
-The spin lets the host path (the worker's launches and checks, its reply, the judge's END) happen while
-the GPU is still busy; so the worker does all its host work before DONE, replies right after it and
-queues no GPU work of its own after DONE (a kernel there would compete with END for the GPU). If START had already passed when the worker's reply arrived (`late`), the GPU may have
-waited for the worker's launches inside the window: the time is too slow (never too fast), and the
-spin doubles for the next call. On the H200 (2026-12-01) a fixed ~1 ms spin was too short for the
-worker's whole host path: every control read 1.1-1.8 ms slow (docs/evaluator.md, "Evaluator v2 on
-the H200"). A ~2 ms adaptive spin did not change that (1.4-2.0 ms slow): the worker exported its
-output and checked for tampering *after* DONE and before replying, so END was queued late whatever
-the spin. Both now come before DONE. Late timed calls are left out of the median when most are on time.
+The spin lets the host path (the worker's launches and checks, its reply, the judge's END) happen
+while the GPU is still busy; so the worker does all its host work before DONE, replies right after
+it and queues no GPU work of its own after DONE (a kernel there would compete with END for the GPU),
+and the judge draws the inputs before `open` (drawing them synchronises its host: torch.unique).
+If START had already passed when the worker's reply arrived (`late`), the GPU may have waited for
+the host inside the window: the time is too slow (never too fast), and the spin doubles for the next
+call; late timed calls are left out of the median when most are on time.
+
+History, on the H200 (2026-12-01; docs/evaluator.md, "Evaluator v2 on the H200"): with a fixed ~1 ms
+spin every control read 1.1-1.8 ms slow; with a ~2 ms adaptive spin still 0.6-1.4 ms, all 20 timed
+calls of every control late with the spin at its 64 ms cap. Two causes: the worker exported its
+output and checked for tampering after DONE, and the judge's input draw blocked its host until the
+spin had run out, so the gate opened late whatever the spin. Both are fixed as described above.
 
 Assumes time-sliced contexts (the default compute mode, no MPS): the judge's and the worker's
 kernels never run at the same time. Measured on the H200 in docs/evaluator.md ("Judge-side timing").
@@ -73,7 +77,8 @@ class GatedClock:
             return {"op": "gates", "gate": self.gate.ipc_handle(), "done": self.done.ipc_handle()}
 
     def open(self, write_inputs=None) -> None:
-        """Queue flush, spin, the inputs, START and the gate (call `stop` after the worker's reply)."""
+        """Queue flush, spin, the inputs, START and the gate (call `stop` after the worker's reply).
+        `write_inputs` must only queue device work: a host that blocks here opens the gate late."""
         with torch.cuda.device(self.device):
             self.flush.zero_()
             torch.cuda._sleep(self.spin)

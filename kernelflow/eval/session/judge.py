@@ -150,13 +150,21 @@ class JudgeSession:
                 self._inputs_after = after
                 return reply, out.reshape(out_shape), xs, None
             bufs = self.inputs.for_shapes(spec.shapes, self.link)
+            # The pristine inputs are made in memory the worker cannot map, before the clock is opened:
+            # drawing them synchronises the host (torch.unique, a pageable copy), and a judge blocked
+            # there would open the gate only after its spin had run out, putting the worker's whole host
+            # path inside the window (every call was late on the H200). Behind the spin only an
+            # asynchronous device copy remains; the staged copy is also what the inputs are checked against.
+            staged = self.inputs.scratch_for(spec.shapes, self.device)
+            if ref is not None:
+                for dst, src in zip(staged, ref.inputs, strict=True):
+                    dst.copy_(src)
+            else:
+                generate_inputs(spec.shapes, spec.seed, distribution, self.device, out=staged)
 
             def write_inputs() -> None:
-                if ref is not None:
-                    for dst, src in zip(bufs, ref.inputs, strict=True):
-                        dst.copy_(src, non_blocking=False)
-                else:
-                    generate_inputs(spec.shapes, spec.seed, distribution, self.device, out=bufs)
+                for dst, src in zip(bufs, staged, strict=True):
+                    dst.copy_(src, non_blocking=True)
 
             self.clock.open(write_inputs)
             msg["slot"] = str(spec.shapes)
@@ -182,11 +190,8 @@ class JudgeSession:
     def _input_changed(self, spec: CallSpec, given: list[torch.Tensor], ref: Reference | None) -> bool:
         if not self.cuda:
             return any(not torch.equal(a, g) for a, g in zip(self._inputs_after, given, strict=True))
-        if ref is not None:
-            return any(not torch.equal(g.cpu(), r) for g, r in zip(given, ref.inputs, strict=True))
-        scratch = self.inputs.scratch_for(spec.shapes, self.device)
-        generate_inputs(spec.shapes, spec.seed, spec.distribution or self.distribution, self.device, out=scratch)
-        return any(not torch.equal(a, g) for a, g in zip(scratch, given, strict=True))
+        staged = self.inputs.scratch_for(spec.shapes, self.device)  # the pristine copy (_run_call)
+        return any(not torch.equal(a, g) for a, g in zip(staged, given, strict=True))
 
     def _judge_reply(self, spec: CallSpec, reply, raw_ms: float | None, checks: dict[str, Check]) -> SessionOutcome | None:
         """The runtime checks of one call (checks.py); an outcome if one failed."""
@@ -243,7 +248,9 @@ class JudgeSession:
                 failed.__dict__.update(base, compile_s=compile_s, log_tail=self.link.log_tail())
                 return failed
             t_ref = time.monotonic()
-            result: CompareResult = self.refs.compare(out, given, ref)
+            # Against the pristine inputs, never the shared buffers the worker can still write to.
+            pristine = self.inputs.scratch_for(spec.shapes, self.device) if self.cuda else given
+            result: CompareResult = self.refs.compare(out, pristine, ref)
             ref_s += time.monotonic() - t_ref
             last = result
             failed = None
