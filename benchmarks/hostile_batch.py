@@ -117,6 +117,8 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--timeout-s", type=float, default=60.0)
     ap.add_argument("--out", default="benchmark-results")
+    ap.add_argument("--alone-from", default=None,
+                    help="take the honest-alone rows from an earlier run's hostile_batch.partial.jsonl (a short call)")
     args = ap.parse_args()
     shape = args.shape or ("full" if torch.cuda.is_available() and args.backend != "interpret" else "small")
     config = EvalConfig(backend=args.backend, shape=shape, static_checks=False, verdict_cache_size=0,
@@ -128,8 +130,13 @@ def main() -> int:
     partial.unlink(missing_ok=True)
     honest = [(f"honest_{t}", t, solution_source(t)) for t in TASKS]
     t0 = time.monotonic()
-    alone = judge_all(evaluator, honest, args.workers, partial)
-    alone_wall = time.monotonic() - t0
+    if args.alone_from:
+        rows = [json.loads(line) for line in Path(args.alone_from).read_text().splitlines() if line.strip()]
+        alone = [r for r in rows if r["name"].startswith("honest_")][:len(honest)]
+        alone_wall = max(r["finished_at_s"] for r in alone)
+    else:
+        alone = judge_all(evaluator, honest, args.workers, partial)
+        alone_wall = time.monotonic() - t0
     mixed_batch = [item for pair in zip(honest, hostile(), strict=True) for item in pair]
     t0 = time.monotonic()
     mixed = judge_all(evaluator, mixed_batch, args.workers, partial)
