@@ -85,6 +85,10 @@ class EvalConfig:
     # interpreter, capped at the backend's ceiling (isolation.default_minimum). Set "full" (interpret)
     # or "network" (cuda) on a production host so that a host missing a mechanism cannot serve.
     min_isolation: str | None = None
+    # Roofline numbers (roofline.py): "stored" takes a known device's reference calibration from
+    # device_calibrations.json (the same t_min in every process and on every host of that device);
+    # "measured" uses this host's own measurement.
+    calibration: str = "stored"
     reward: RewardConfig = field(default_factory=RewardConfig)
 
     def __post_init__(self) -> None:
@@ -114,6 +118,8 @@ class EvalConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 problems.append(f"{name}={value!r} (need an int >= 0; 0 disables it)")
+        if self.calibration not in ("stored", "measured"):
+            problems.append(f"calibration={self.calibration!r} (choose 'stored' or 'measured')")
         if self.gpu_lock not in GPU_LOCK_MODES:
             problems.append(f"gpu_lock={self.gpu_lock!r} (choose one of {GPU_LOCK_MODES})")
         if self.isolation not in ("auto", *ISOLATION_LEVELS):

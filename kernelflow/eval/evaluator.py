@@ -103,6 +103,7 @@ class Evaluator:
             "config_hash": config_hash(self.config, EVALUATOR_VERSION),
             "clock": "judge-side gated CUDA events" if self.backend == "cuda" else "none (interpreter: not timed)",
             "empty_call_ms": None if self._gate is None else self._gate.median_ms,
+            "calibration": self.config.calibration if self._calibration is None else self._calibration.source,
             "isolation": self.isolation.level,
             "isolation_mechanisms": list(self.isolation.mechanisms),
             "isolation_missing": dict(self.isolation.missing),
@@ -273,7 +274,7 @@ class Evaluator:
     def _calibrate(self) -> Calibration:
         with self._state_lock:
             if self._calibration is None:
-                self._calibration = calibrate(self.device, self.config.cache_dir)
+                self._calibration = calibrate(self.device, self.config.cache_dir, source=self.config.calibration)
             return self._calibration
 
     def _eager_time(self, task: Task, config: EvalConfig) -> TimingResult:

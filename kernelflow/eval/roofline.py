@@ -2,7 +2,11 @@
 
 t_min = max(bytes_min / bandwidth, flops / flop_rate), with bandwidth and flop rate calibrated once
 per device (a 2 GiB device-to-device copy counting bytes read plus written; an 8192^3 matmul in the
-task's dtype) and cached per device name in the cache directory. A kernel time below
+task's dtype) and cached per device name in the cache directory. With `EvalConfig.calibration =
+"stored"` (the default) a device named in `device_calibrations.json` takes its numbers from there,
+with their provenance, so every process and host of that device computes the same t_min (a fresh
+calibration moved ReLU's t_min between 3.05 and 3.51 ms on H200 hosts, and every reward with it);
+what the file leaves out (null) is measured and cached as before. A kernel time below
 `impossible_factor * bytes_min / datasheet_bandwidth` cannot be real (the datasheet is the
 hardware's own ceiling), so such a verdict gets `impossible_time` and reward 0.
 
@@ -14,6 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 import torch
 
@@ -43,6 +48,7 @@ class Calibration:
     datasheet_bandwidth: float | None
     measured_at: str
     torch_version: str
+    source: str = "measured"  # "measured" on this host, or "stored: <provenance>" (device_calibrations.json)
 
     def t_min_ms(self, task: Task, profile: str) -> float:
         t_bytes = task.bytes_min(profile) / self.copy_bandwidth
@@ -62,13 +68,47 @@ def datasheet_bandwidth(device_name: str) -> float | None:
     return None
 
 
-def calibrate(device: torch.device, configured_dir: str | None = None, refresh: bool = False) -> Calibration:
-    """The device's calibration, measured once (under the device lock) and cached by device name."""
+STORED_CALIBRATIONS = Path(__file__).with_name("device_calibrations.json")
+CALIBRATION_SOURCES = ("stored", "measured")  # the choices of EvalConfig.calibration
+
+
+def stored_calibration(device_name: str, path: Path = STORED_CALIBRATIONS) -> dict | None:
+    """The reference calibration of exactly this device name, or None (see the module docstring)."""
+    entries = json.loads(path.read_text())
+    entry = entries.get(device_name)
+    return dict(entry) if isinstance(entry, dict) else None
+
+
+def with_stored(measured: Calibration, entry: dict) -> Calibration:
+    """`measured` with the stored entry's numbers where it has them, and the entry's provenance."""
+    return Calibration(
+        device_name=measured.device_name,
+        copy_bandwidth=float(entry.get("copy_bandwidth") or measured.copy_bandwidth),
+        flop_rate_fp32=float(entry.get("flop_rate_fp32") or measured.flop_rate_fp32),
+        datasheet_bandwidth=measured.datasheet_bandwidth,
+        measured_at=str(entry.get("measured_at", measured.measured_at)),
+        torch_version=str(entry.get("torch_version", measured.torch_version)),
+        source="stored: " + str(entry.get("provenance", "device_calibrations.json")),
+    )
+
+
+def calibrate(device: torch.device, configured_dir: str | None = None, refresh: bool = False,
+              source: str = "stored") -> Calibration:
+    """The device's calibration: this host's measurement (once, cached by device name), with the stored
+    reference numbers of the device laid over it when `source` is "stored" and the device has some."""
+    measured = measure_calibration(device, configured_dir, refresh)
+    entry = stored_calibration(measured.device_name) if source == "stored" else None
+    return with_stored(measured, entry) if entry else measured
+
+
+def measure_calibration(device: torch.device, configured_dir: str | None = None, refresh: bool = False) -> Calibration:
+    """This host's calibration, measured once (under the device lock) and cached by device name."""
     name = torch.cuda.get_device_name(device)
     path = cache_dir(configured_dir) / f"calibration-{name.replace(' ', '_').replace('/', '_')}.json"
     if path.exists() and not refresh:
         data = json.loads(path.read_text())
         if data.get("torch_version") == torch.__version__:
+            data.pop("source", None)
             return Calibration(**data)
     sheet = datasheet_bandwidth(name)
     with device_lock(device.index or 0, configured_dir):
