@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Listener
 from pathlib import Path
 
-from kernelflow.eval import isolation
+from kernelflow.eval import isolation, protocol
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class WorkerHandle:
         self.spec = spec
         self.proc: subprocess.Popen | None = None
         self.conn = None
-        self.warm_info: dict = {}
+        self.warm_info: protocol.Warm | None = None  # the worker's warm message, decoded
         self.error: BaseException | None = None
         self.spawned_at = time.monotonic()
         self.pooled = False
@@ -191,29 +191,31 @@ class WorkerHandle:
         remaining = deadline - time.monotonic()
         if remaining <= 0 or not self.conn.poll(remaining):
             raise TimeoutError("the worker did not finish warming up in time")
-        try:
-            msg = json.loads(self.conn.recv_bytes(1 << 16))
-        except (EOFError, OSError, ValueError) as exc:
-            raise WorkerStartError(self._death(f"during warm-up ({type(exc).__name__})")) from None
-        if not isinstance(msg, dict) or msg.get("event") != "warm":
-            raise WorkerStartError(f"the worker sent {msg!r} instead of 'warm'")
+        msg = self._receive(protocol.Warm, "during warm-up")
         self._confirm_confined(deadline)
         self.warm_info = msg
+
+    def _receive(self, wanted: type, when: str):
+        """One start-up message through the same bounded, typed decoder as every later one (protocol.py)."""
+        try:
+            msg = protocol.decode(self.conn.recv_bytes(protocol.MAX_FRAME))
+        except (EOFError, OSError) as exc:
+            raise WorkerStartError(self._death(f"{when} ({type(exc).__name__})")) from None
+        except protocol.ProtocolViolation as exc:
+            raise WorkerStartError(f"the worker's message {when} was malformed: {exc}") from None
+        if not isinstance(msg, wanted):
+            raise WorkerStartError(f"the worker sent {type(msg).__name__} {when}, expected {wanted.__name__}")
+        return msg
 
     def _confirm_confined(self, deadline: float) -> None:
         """The worker's word that it confined itself (isolation.py), sent before any submission exists."""
         remaining = deadline - time.monotonic()
         if remaining <= 0 or not self.conn.poll(remaining):
             raise TimeoutError("the worker did not report its confinement in time")
-        try:
-            msg = json.loads(self.conn.recv_bytes(1 << 16))
-        except (EOFError, OSError, ValueError) as exc:
-            raise WorkerStartError(self._death(f"while confining itself ({type(exc).__name__})")) from None
-        if not isinstance(msg, dict) or msg.get("event") != "confined":
-            raise WorkerStartError(f"the worker sent {msg!r} instead of 'confined'")
-        lacking = set(self.isolation.self_applied) - set(msg.get("applied") or ())
-        if msg.get("error") or lacking:
-            raise WorkerStartError(f"the worker could not confine itself ({msg.get('error') or sorted(lacking)}); "
+        msg = self._receive(protocol.Confined, "while confining itself")
+        lacking = set(self.isolation.self_applied) - set(msg.applied)
+        if msg.error or lacking:
+            raise WorkerStartError(f"the worker could not confine itself ({msg.error or sorted(lacking)}); "
                                    f"planned isolation: {self.isolation.resolved.describe()}")
 
     def _warm_recording(self, deadline: float) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelflow.eval import EvalConfig, Evaluator, Status
+from kernelflow.eval import EvalConfig, Evaluator, Status, protocol
 from kernelflow.eval.prewarm import SpawnSpec, WarmPool, WorkerHandle
 from tests.env.procs import descendants
 from tests.eval.test_adversarial import load_fixture
@@ -118,8 +118,8 @@ def test_a_worker_launches_its_own_triton_kernel_while_warming():
     handle = WorkerHandle(SpawnSpec.of(CONFIG, "interpret", "cpu"))
     try:
         handle.ensure_warm(time.monotonic() + 120)
-        assert handle.warm_info["event"] == "warm"
-        assert 0 < handle.warm_info["warm_kernel_s"] < handle.warm_info["warmup_s"]
+        assert isinstance(handle.warm_info, protocol.Warm)
+        assert 0 < handle.warm_info.warm_kernel_s < handle.warm_info.warmup_s
     finally:
         handle.close()
 

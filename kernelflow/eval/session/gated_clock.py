@@ -72,9 +72,11 @@ class GatedClock:
         self.start = self.end = None
         self.late = False
 
-    def gates_message(self) -> dict:
+    def send_gates(self, link) -> None:
+        """Give a warm worker (`link`, before its handover) this clock's two inter-process events."""
         with torch.cuda.device(self.device):  # the events are created lazily, at their first use
-            return {"op": "gates", "gate": self.gate.ipc_handle(), "done": self.done.ipc_handle()}
+            message = {"op": "gates", "gate": self.gate.ipc_handle(), "done": self.done.ipc_handle()}
+        link.handle.conn.send(message)
 
     def open(self, write_inputs=None) -> None:
         """Queue flush, spin, the inputs, START and the gate (call `stop` after the worker's reply).
@@ -128,7 +130,7 @@ def calibrate(link, device: torch.device, l2_flush_mb: int, calls: int = CALIBRA
     from kernelflow.eval import protocol
 
     clock = GatedClock(device, l2_flush_mb)
-    link.handle.conn.send(clock.gates_message())
+    clock.send_gates(link)
     times = []
     for _ in range(calls + 2):  # the first two warm the event path
         clock.open()

@@ -105,8 +105,7 @@ class JudgeSession:
         self._label, self._limit = "start-up", self.config.timeout_s
         if self.cuda:
             self.clock = GatedClock(self.device, self.config.l2_flush_mb)
-        send_gates = (lambda link: link.handle.conn.send(self.clock.gates_message())) if self.cuda else None
-        self.link.start(self.source, self.task.init_inputs, before_handover=send_gates)
+        self.link.start(self.source, self.task.init_inputs, before_handover=self.clock.send_gates if self.cuda else None)
         hello = self.link.recv(protocol.Ready, protocol.ImportFailed)
         worker_start_s = time.monotonic() - start
         if isinstance(hello, protocol.ImportFailed):

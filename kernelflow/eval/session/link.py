@@ -13,7 +13,6 @@ Not here: what the messages mean for the verdict (judge.py, checks.py).
 
 from __future__ import annotations
 
-import json
 import logging
 import signal
 import subprocess
@@ -111,8 +110,8 @@ class WorkerLink:
 
     def _adopt(self, handle: WorkerHandle, prewarmed: bool) -> None:
         self.handle, self.prewarmed = handle, prewarmed
-        if handle.warm_info:  # sent before any submission existed; decoded for its types
-            self.warm = protocol.decode(json.dumps(handle.warm_info).encode())
+        if handle.warm_info is not None:  # sent before any submission existed, decoded by the handle
+            self.warm = handle.warm_info
 
     # ---- messages --------------------------------------------------------------------------------
     def send(self, msg: dict) -> None:
