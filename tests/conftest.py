@@ -1,4 +1,4 @@
-"""Test-wide settings: the one `gpu` gate, offline hubs, and the Triton interpreter on CPU-only hosts.
+"""Test-wide settings: the one `gpu` gate, offline hubs, a fixed input salt, and the Triton interpreter on CPU-only hosts.
 
 TRITON_INTERPRET must be set before `@triton.jit` decorates anything, so it is set here, before any
 test module imports a kernel. Evaluator workers get it through their own environment instead.
@@ -8,6 +8,9 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# The judge's secret input salt fixed at 0 (the declared seeds exactly): tests compare verdicts of
+# different evaluators value for value. tests/eval/test_input_salt.py sets its own.
+os.environ.setdefault("KERNELFLOW_INPUT_SALT", "0")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import secrets
 from dataclasses import asdict, dataclass, field
 
 from kernelflow.eval.isolation import LEVELS as ISOLATION_LEVELS
@@ -141,6 +143,28 @@ class EvalConfig:
                   "prewarm_workers", "gpu_lock", "min_isolation"):
             d.pop(k)
         return d
+
+
+INPUT_SALT_ENV = "KERNELFLOW_INPUT_SALT"
+
+
+def input_salt() -> int:
+    """This judge process's secret input salt: drawn at random, or fixed by KERNELFLOW_INPUT_SALT (tests,
+    or reproducing a verdict's exact inputs; set it only in the judge's environment, which workers never
+    see: their environment is scrubbed and /proc of the judge is closed to them)."""
+    fixed = os.environ.get(INPUT_SALT_ENV)
+    if fixed is not None:
+        try:
+            return int(fixed) & 0x7FFF_FFFF
+        except ValueError:
+            raise ValueError(f"{INPUT_SALT_ENV}={fixed!r} is not an integer; unset it or give e.g. 0") from None
+    return secrets.randbits(31)
+
+
+def salted_seed(seed: int, salt: int) -> int:
+    """A call's input seed: the declared seed with the judge's salt mixed in (the same seed, salt -> the same
+    inputs; another salt -> unrelated inputs). Salt 0 leaves the seed as declared."""
+    return int(seed) ^ (int(salt) << 24)
 
 
 def config_hash(config: EvalConfig, evaluator_version: str) -> str:

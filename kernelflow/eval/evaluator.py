@@ -30,7 +30,7 @@ import torch
 
 import kernelflow
 from kernelflow.eval.cache import ReferenceCache, VerdictCache, verdict_key
-from kernelflow.eval.config import EvalConfig, config_hash
+from kernelflow.eval.config import EvalConfig, config_hash, input_salt, salted_seed
 from kernelflow.eval.feedback import build_feedback
 from kernelflow.eval.ipc_arena import ArenaPool
 from kernelflow.eval.isolation import protect_judge, resolve
@@ -82,6 +82,10 @@ class Evaluator:
         self._references = ReferenceCache(self.config.input_cache_mb << 20) if self.config.input_cache_mb else None
         # Device memory shared with workers, kept and reused across verdicts (ipc_arena.py says why).
         self._arenas = ArenaPool(self.device) if self.backend == "cuda" else None
+        # A secret of this judge process mixed into every call's input seed (input_salt), so no submission
+        # can compute the inputs it will be called on from the project's own generator and answer from a
+        # table (red team 2026-12-01, F6). Verdicts keep their declared seeds; the worker never sees one.
+        self._input_salt = input_salt()
         self._sessions = 0  # workers used (one per session), for stats and tests
         self._prewarmed_sessions = 0
         self._pool: WarmPool | None = None
@@ -194,7 +198,8 @@ class Evaluator:
         with self._slots:
             queue_s = time.monotonic() - queued
             gate = self._gate_calibration() if self.backend == "cuda" else None
-            session = JudgeSession(task, code, config, self.backend, self.device, config.seed_list(),
+            call_seeds = [salted_seed(s, self._input_salt) for s in config.seed_list()]
+            session = JudgeSession(task, code, config, self.backend, self.device, call_seeds,
                                    gpu_lock=self._gpu_lock, pool=self._pool, references=self._references,
                                    evaluator_version=EVALUATOR_VERSION, arenas=self._arenas, gate=gate)
             outcome = session.run()
