@@ -2,7 +2,8 @@
 # Evaluator v2 on the GPU host, in one call of at most ~9.5 minutes (issue #17): the ten controls at full
 # shape (+ ReLU repeats), the GPU evaluator tests, the runtime and distribution fixtures on CUDA, and the
 # hostile batch. Usage (from the checkout, wheels in .whl/):  bash benchmarks/h200_v2_check.sh OUT [STEP...]
-# Steps: controls gpu-eval corpus-new corpus checks (gpu-eval + corpus side by side) pick (PICK=-k expr) hostile isolation (default: controls gpu-eval corpus-new hostile).
+# Steps: controls gpu-eval corpus-new corpus checks (gpu-eval + corpus side by side) pick (PICK=-k expr) hostile
+# generation pilot-update isolation (default: controls gpu-eval corpus-new hostile).
 set -uo pipefail
 out="${1:?output directory}"; shift
 steps=("$@"); [ ${#steps[@]} -gt 0 ] || steps=(controls gpu-eval corpus-new hostile)
@@ -46,6 +47,14 @@ for step in "${steps[@]}"; do
       timeout "${HOSTILE_LIMIT:-170}" $py benchmarks/hostile_batch.py --backend cuda --shape full --workers 4 --timeout-s 40 \
         --out "$out/h" >"$out/hostile.log" 2>&1
       echo "hostile rc=$?"; cp "$out/h/hostile_batch.json" "$out/hostile_batch.json" 2>/dev/null; tail -26 "$out/hostile.log" ;;
+    generation)  # issue #18: rollout speed per path (7B and 0.5B, batch 16 x 256; ~2 min without the unmerged path)
+      timeout "${GEN_LIMIT:-240}" $py benchmarks/generation.py --shapes 7b 0.5b --batches 16 --tokens 256 \
+        --paths ${GEN_PATHS:-static merged} --budget-s "${GEN_BUDGET:-180}" --out "$out/generation" >"$out/generation.log" 2>&1
+      echo "generation rc=$?"; tail -8 "$out/generation.log" ;;
+    pilot-update)  # issue #18: one pilot-shaped update (7B, 4 episodes x 2 turns x 2,048 tokens, evaluator on the GPU)
+      timeout "${PILOT_LIMIT:-480}" $py benchmarks/train_step.py --model-shape 7b --tokens 2048 --group-size 4 \
+        --gen-backend static_compiled --tasks 19_ReLU 23_Softmax --out "$out/pilot" >"$out/pilot.log" 2>&1
+      echo "pilot-update rc=$?"; tail -20 "$out/pilot.log" ;;
     isolation)
       timeout "${ISOLATION_LIMIT:-120}" $py benchmarks/isolation_cost.py --backend cuda --out "$out/i" >"$out/isolation.log" 2>&1
       echo "isolation rc=$?"; cp "$out/i/"*.json "$out/" 2>/dev/null; tail -12 "$out/isolation.log" ;;
