@@ -16,6 +16,7 @@ import ast
 import builtins
 from collections import deque
 
+from kernelflow.eval.static_reexports import REEXPORT_ALIASES, canonical_forms
 from kernelflow.eval.verdict import Check
 
 _KERNEL_HINT = "compute it in a @triton.jit kernel"
@@ -50,7 +51,11 @@ TORCH_CALLS_ALLOWED = frozenset({
     "torch.cuda.device", "torch.cuda.device_count", "torch.cuda.get_device_properties",
     "torch.cuda.get_device_capability", "torch.cuda.get_device_name", "torch.cuda.synchronize",
     "torch.nn.Module", "torch.nn.Parameter", "torch.nn.ModuleList", "torch.nn.ModuleDict",
-    "torch.nn.ParameterList", "torch.nn.ParameterDict", "torch.nn.Buffer", "torch.nn.init",
+    "torch.nn.ParameterList", "torch.nn.ParameterDict", "torch.nn.Buffer",
+    # torch.nn.init by whole name: the module also holds `torch` itself (torch.nn.init.torch.relu, red team a05)
+    *(f"torch.nn.init.{f}" for f in """calculate_gain constant constant_ dirac dirac_ eye eye_ kaiming_normal
+      kaiming_normal_ kaiming_uniform kaiming_uniform_ normal normal_ ones_ orthogonal orthogonal_ sparse sparse_
+      trunc_normal_ uniform uniform_ xavier_normal xavier_normal_ xavier_uniform xavier_uniform_ zeros_""".split()),
 })
 NN_ALLOWED = frozenset({"Module", "Parameter", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict", "Buffer"})
 # torch namespaces whose every member computes.
@@ -428,6 +433,15 @@ def classify(qual: str) -> tuple[str, str] | None:
     return None
 
 
+def torch_call_allowed(qual: str) -> bool:
+    """Whether calling `qual` is allowed PyTorch: a whole allowed name, or one member of one (`torch.nn.Module.
+    __init__`, `torch.Size.numel`) that is neither a compute op nor a re-exported module (`.torch`, `.F`)."""
+    if qual in TORCH_CALLS_ALLOWED:
+        return True
+    parent, _, last = qual.rpartition(".")
+    return parent in TORCH_CALLS_ALLOWED and _op(last) not in COMPUTE_OPS and last not in REEXPORT_ALIASES
+
+
 def reach(qual: str) -> list[tuple[str, str]]:
     """(check name, reason) for each escape a dotted name makes: a module off the allow-list reached through
     an allowed one, a torch/triton internal, an interpreter probe, a per-process draw, a string evaluator."""
@@ -514,6 +528,7 @@ def _classified(a: Analysis, check_name: str) -> _Findings:
                 quals = [f"{n.module}.{al.name}" for al in n.names if al.name != "*"]
             elif isinstance(n, ast.Name | ast.Attribute) and id(n) not in a.inner or _literal_getattr(n):
                 quals = a.quals(n)
+            quals = [*quals, *(f for q in quals for f in canonical_forms(q))]  # torch.nn.init.torch.relu: torch.relu
             for q in quals:
                 hit = classify(q)
                 a.hits += [(n, hit)] if hit else []

@@ -33,6 +33,9 @@ builtins applied to tensors (`abs(x)`, `sum(x)`) and caching keyed on `data_ptr(
 worker's dispatch allow-list, launch counter and the judge's fresh-input checks catch those at run
 time. Per-process draws it cannot name (set iteration order of strings, `data_ptr()`, function reprs)
 and branches on `x.device.type` pass here too: judging again in a fresh process is the defence.
+Frames, generators, class-pattern attribute reads and coding cookies are checked in `static_escapes.py`
+(red team F1/F2); a chain through a re-exported module (`torch.nn.init.torch.relu`) is also judged as
+the module it stands for (`static_reexports.py`, red team a05).
 Code under `if __name__ == "__main__":` is checked like the rest (test harnesses that call
 torch ops are rejected; the prompt asks for no testing code). Static checks narrow the attack
 surface; they are not the sandbox.
@@ -62,7 +65,6 @@ from kernelflow.eval.static_analysis import (  # the tables and the name resolut
     STREAM_ATTRS,
     SUBCLASS_ATTRS,
     TIMER_ATTRS,
-    TORCH_CALLS_ALLOWED,
     TORCH_ONLY_METHODS,
     WITH_ALLOWED,
     Analysis,
@@ -72,10 +74,17 @@ from kernelflow.eval.static_analysis import (  # the tables and the name resolut
     _key,
     _literal_getattr,
     _op,
-    _prefixes,
     _tail,
     classify,
+    torch_call_allowed,
 )
+from kernelflow.eval.static_escapes import (  # frames, generators, class patterns, coding cookies (F1, F2)
+    check_no_frame_introspection,
+    check_no_generators,
+    check_no_pattern_attribute_reads,
+    check_source_encoding,
+)
+from kernelflow.eval.static_reexports import canonical_forms
 from kernelflow.eval.verdict import Check
 from kernelflow.tasks import pysource
 
@@ -157,10 +166,10 @@ def check_no_torch_compute(tree: ast.Module, source: str) -> Check:
     for n in a.nodes:
         if isinstance(n, ast.Call):
             q = a.qual(n.func)
-            if q and q.startswith("torch.") and not any(p in TORCH_CALLS_ALLOWED for p, _ in _prefixes(q)) \
-                    and not classify(q):
-                found.add(n, f"{q}(...) is not allowed: PyTorch may only allocate outputs and query shapes; "
-                             f"{_KERNEL_HINT}")
+            for form in [q, *canonical_forms(q)] if q else []:  # a re-exported torch is judged as torch
+                if form.startswith("torch.") and not torch_call_allowed(form) and not classify(form):
+                    found.add(n, f"{form}(...) is not allowed: PyTorch may only allocate outputs and query shapes; "
+                                 f"{_KERNEL_HINT}")
             if isinstance(n.func, ast.Name) and n.func.id == "getattr" and len(n.args) >= 2 \
                     and not _literal_getattr(n) and (a.qual(n.args[0]) or "").startswith("torch"):
                 found.add(n, f"getattr({ast.unparse(n.args[0])}, <computed name>) hides which torch op runs")
@@ -437,6 +446,7 @@ def check_no_nondeterminism(tree: ast.Module, source: str) -> Check:
 
 STATIC_CHECKS: list[tuple[str, Callable[[ast.Module, str], Check]]] = [
     ("bounded_source", check_bounded_source),  # first: the others assume a tree of bounded depth and size
+    ("source_encoding", check_source_encoding),  # next: under another codec the rest judged a different program
     ("defines_model_new", check_defines_model_new),
     ("has_triton_kernel", check_has_triton_kernel),
     ("launches_kernel", check_launches_kernel),
@@ -453,6 +463,9 @@ STATIC_CHECKS: list[tuple[str, Callable[[ast.Module, str], Check]]] = [
     ("no_forbidden_imports", check_no_forbidden_imports),
     ("no_dangerous_builtins", check_no_dangerous_builtins),
     ("no_escape_dunders", check_no_escape_dunders),
+    ("no_frame_introspection", check_no_frame_introspection),
+    ("no_generators", check_no_generators),
+    ("no_pattern_attribute_reads", check_no_pattern_attribute_reads),
     ("no_forbidden_modules", check_no_forbidden_modules),
     ("no_torch_internals", check_no_torch_internals),
     ("no_interpreter_detection", check_no_interpreter_detection),

@@ -139,6 +139,15 @@ class ModelNew(nn.Module):
 if __name__ == "__main__":
     print("ok")
 ''',
+    # source_encoding: UTF-8 cookies in any spelling pass
+    **{f"utf8_cookie_{i}": cookie + HONEST_RELU for i, cookie in enumerate((
+        "# -*- coding: utf-8 -*-\n", "#!/usr/bin/env python\n# coding=utf8\n", "# vim: set fileencoding=UTF_8 :\n"))},
+    # no_generators: generator expressions and comprehensions stay allowed
+    "generator_expression": variant(tail="assert all(s > 0 for s in x.shape) and sum(d for d in x.shape)\nreturn out\n"),
+    # no_torch_compute: torch.nn.init's initialisers by whole name
+    "nn_init_initialisers": variant(init="self.w = nn.Parameter(torch.empty(4))\ntorch.nn.init.constant_(self.w, 0.5)\n"
+                                         "g = nn.init.calculate_gain('relu')\nnn.init.ones_(self.w.view(2, 2))\n"
+                                         "nn.Module.__init__(self)\n"),
 }
 
 
@@ -371,6 +380,37 @@ HACKS = [
           ("p = triton.runtime.jit.os.getpid()", ""), ("b = triton.runtime.jit.os.urandom(1)", ""),
           ("s = torch.initial_seed()", ""), ("out.uniform_()", ""), ("r = torch.random", ""),
           ("t = threading.get_ident()", "import threading\n"), ("c = str(object())", "")))],
+    # source_encoding (F2): the importer honours a cookie that ast.parse(str) ignores
+    *[(f"coding_cookie_{i}", cookie + HONEST_RELU, "source_encoding") for i, cookie in enumerate((
+        "# coding: utf-7\n", "# -*- coding: latin-1 -*-\n", "#!/usr/bin/python\n# vim: set fileencoding=unicode_escape :\n",
+        "\n# coding=raw_unicode_escape\n", "\f # coding:utf_16\n", "# coding: no-such-codec\n",
+        "#!/x\r# coding: utf-7\r"))],
+    # no_frame_introspection (F1): frame, code, generator, coroutine and traceback attributes on anything
+    *[(f"frame_{i}", variant(tail=f"{code}\nreturn out\n"), "no_frame_introspection") for i, code in enumerate((
+        "g = (v for v in [0])\nf = g.gi_frame.f_back", "fr = self.fr\nd = fr.f_locals['guard']",
+        "b = self.fr.f_builtins['get' + 'attr']", "c = self.fn.co_consts", "t = self.tb.tb_frame",
+        "g = getattr(self.g, 'gi_frame')", "s = '{0.gi_frame.f_back}'.format(self.g)", "c = self.c.cr_await",
+        "y = self.g.gi_yieldfrom", "f = self.c.co_future_member", "h = self.m.settrace",
+        "match self.g:\n    case object(gi_frame=fr):\n        pass"))],
+    # no_generators: generators and coroutines hand out frames and run their bodies later
+    ("generator_yield", variant(module="def gen():\n    yield 1\n"), "no_generators"),
+    ("generator_yield_from", variant(module="def gen():\n    yield from [1]\n"), "no_generators"),
+    ("generator_lambda", variant(tail="g = (lambda: (yield))()\nreturn out\n"), "no_generators"),
+    ("coroutine_def", variant(module="async def co():\n    return 1\n"), "no_generators"),
+    ("coroutine_await", variant(module="async def co(c):\n    await c\n"), "no_generators"),
+    # no_pattern_attribute_reads: a class pattern's keywords are attribute reads
+    ("pattern_reads_torch_member", variant(tail="match torch:\n    case object(relu=r):\n        return r(x)\n"
+                                                "return out\n"), "no_pattern_attribute_reads"),
+    # no_torch_compute: re-exported modules and tensor subclasses are judged as what they are (a05)
+    *[(f"reexport_{i}", variant(tail=f"{code}\nreturn out\n", header=header), "no_torch_compute")
+      for i, (code, header) in enumerate((
+          ("out = torch.nn.init.torch.relu(x)", ""), ("out = [torch.nn.init.torch.relu][0](x)", ""),
+          ("out = torch.torch.sigmoid(x)", ""), ("f = torch.cuda.torch.nn.functional.gelu", ""),
+          ("out = T.relu(x)", "from torch.nn.init import torch as T\n"),
+          ("out = torch.nn.Parameter.relu(x)", ""), ("f = [nn.Buffer.exp][0]", ""),
+          ("out = torch.nn.init.torch.nn.init.torch.where(x > 0, x, 0.0)", ""),
+          ("out = torch.nn.init.F.relu(x)", "")))],
+    ("reexport_internal", variant(tail="i = tl.core.ir\nreturn out\n"), "no_torch_internals"),
 ]
 
 
@@ -496,6 +536,21 @@ def test_renamed_suppress_is_refused_as_a_context_manager(header):
     checks = run_static_checks(variant(header="import typing\n" + header,
                                        tail="with s(Exception):\n    return out\nreturn x\n"))
     assert not checks["no_try_except"].passed
+
+
+def test_coding_cookie_in_a_fenced_answer_is_refused():
+    # The fence's first line is line 1 of the written file (red team a02b): the check sees what is written.
+    from kernelflow.tasks import extract_code
+
+    code = extract_code("Here is my kernel.\n\n```python\n# coding: utf-7\n" + HONEST_RELU + "```\n")
+    assert code.startswith("# coding: utf-7")
+    assert first_failure(run_static_checks(code))[0] == "source_encoding"
+
+
+def test_a_bom_cannot_carry_a_cookie_past_the_parser():
+    # ast.parse refuses U+FEFF in a str, so a BOM-prefixed file never reaches the importer (compile_error).
+    for source in ("\ufeff# coding: utf-7\n" + HONEST_RELU, "\ufeff" + HONEST_RELU):
+        assert first_failure(run_static_checks(source))[0] == "parses"
 
 
 def test_allowed_context_managers_and_main_guard_pass():
