@@ -272,7 +272,7 @@ class WorkerHandle:
     def handover(self, source: str, init_inputs: list) -> None:
         """Give the warm worker its one submission (written into its own directory)."""
         path = self.workdir / "submission.py"
-        path.write_text(source)
+        path.write_text(source, encoding="utf-8")  # the text the static checks read, whatever the locale
         self.conn.send({"op": "judge", "submission_path": str(path), "init_inputs": list(init_inputs)})
 
     def close(self) -> None:
