@@ -46,7 +46,7 @@ from kernelflow.tasks import Task, extract_code, generate_inputs, get_task
 
 log = logging.getLogger(__name__)
 
-EVALUATOR_VERSION = f"{kernelflow.__version__}+eval.4"
+EVALUATOR_VERSION = f"{kernelflow.__version__}+eval.5"
 
 
 def resolve_backend(backend: str) -> str:

@@ -270,9 +270,12 @@ class WorkerHandle:
         return self._claimed
 
     def handover(self, source: str, init_inputs: list) -> None:
-        """Give the warm worker its one submission (written into its own directory)."""
+        """Give the warm worker its one submission (written into its own directory).
+
+        As UTF-8 with its newlines untranslated: the worker compiles exactly this str (worker.py,
+        `load_submission`), the text the static checks parsed, whatever coding cookie it declares."""
         path = self.workdir / "submission.py"
-        path.write_text(source, encoding="utf-8")  # the text the static checks read, whatever the locale
+        path.write_text(source, encoding="utf-8", newline="")  # exactly the text the static checks read
         self.conn.send({"op": "judge", "submission_path": str(path), "init_inputs": list(init_inputs)})
 
     def close(self) -> None:

@@ -117,6 +117,7 @@ class Called:
     host_ms: float
     output: SharedOutput | None = None  # CUDA; on the CPU the output follows as raw frames
     output_bytes: int | None = None  # CPU
+    hooks: list[str] | None = None  # profile/trace hooks forward left installed (removed by the worker)
 
 
 @dataclass(frozen=True)

@@ -25,14 +25,16 @@ import threading
 import time
 
 # Aten ops a forward may run: allocation, fills, views and shape queries. Anything else is PyTorch
-# doing the task's work (the kernel must do it).
+# doing the task's work (the kernel must do it). Not `_local_scalar_dense` (`float(t)`, `t.item()`): it
+# reads a tensor's values into Python, where a loop of them computes the answer (the red team's a04);
+# the interpreter's own in-launch reads are allowed by INTERPRETER_OWN.
 ALLOWED_ATEN = frozenset({
     "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
     "ones", "ones_like", "full", "full_like", "new_zeros", "new_ones", "new_full", "fill_", "zero_",
     "view", "_unsafe_view", "reshape", "as_strided", "alias", "detach", "t", "transpose", "permute",
     "squeeze", "unsqueeze", "flatten", "unflatten", "expand", "slice", "select", "split", "chunk",
     "contiguous", "clone", "lift_fresh", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset",
-    "is_contiguous", "_local_scalar_dense", "resize_", "set_", "view_as", "narrow",
+    "is_contiguous", "resize_", "set_", "view_as", "narrow",
 })
 
 
@@ -42,6 +44,9 @@ INTERPRETER_OWN = frozenset({"copy_", "new_empty", "set_", "empty", "empty_like"
                              "as_strided", "alias", "detach", "lift_fresh", "_local_scalar_dense", "zeros", "full"})
 # Ways to leave PyTorch with a CPU tensor's values and compute elsewhere (numpy, Python lists).
 HOST_ESCAPES = ("numpy", "__array__", "tolist")
+# `fill_`/`zero_` of a view (an element, a row) per forward: writing an answer element by element from
+# Python goes through them; an honest forward fills a few buffers whole, if any.
+MAX_VIEW_FILLS = 16
 
 
 class LaunchCounter:
@@ -117,6 +122,12 @@ def make_guard(counter: LaunchCounter, interpreter: bool):
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
+    # The allow-lists as they are now, bound into the guard: the module globals can be rebound by code
+    # that reaches this module (the red team's a12); a rebinding is also reported (identity_snapshot).
+    allowed_aten, interpreter_own = frozenset(ALLOWED_ATEN), frozenset(INTERPRETER_OWN)
+    host_escapes, max_view_fills = tuple(HOST_ESCAPES), int(MAX_VIEW_FILLS)
+    fills = frozenset({"fill_", "zero_"})
+
     class DispatchGuard(TorchDispatchMode):
         """Records every aten op outside the allow-list while forward runs (see the module docstring)."""
 
@@ -125,18 +136,25 @@ def make_guard(counter: LaunchCounter, interpreter: bool):
             self.violations: list[str] = []
             self.canary: torch.Tensor | None = None
             self.canary_seen = False
+            self.view_fills = 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             name = func.__name__.split(".")[0]
             if self.canary is not None and args and args[0] is self.canary:
                 self.canary_seen = True
                 return func(*args, **(kwargs or {}))
+            label = str(func.__name__)
             if counter.in_launch and interpreter:
-                allowed = name in INTERPRETER_OWN
+                allowed = name in interpreter_own
             else:
-                allowed = name in ALLOWED_ATEN or name.rstrip("_") in ALLOWED_ATEN
+                allowed = name in allowed_aten or name.rstrip("_") in allowed_aten
+                if name in fills and args and isinstance(args[0], torch.Tensor) and args[0]._is_view():
+                    self.view_fills += 1
+                    if self.view_fills > max_view_fills:
+                        allowed = False
+                        label += f" (more than {max_view_fills} fills of views in one forward: element-wise writes)"
             if not allowed and len(self.violations) < 20:
-                self.violations.append(str(func.__name__) + (" (inside a Triton launch)" if counter.in_launch else ""))
+                self.violations.append(label + (" (inside a Triton launch)" if counter.in_launch else ""))
             return func(*args, **(kwargs or {}))
 
         def check_canary(self) -> bool:
@@ -149,7 +167,7 @@ def make_guard(counter: LaunchCounter, interpreter: bool):
 
         def __enter__(self):
             # Block the host escapes too: values pulled out to numpy or lists dispatch no aten op.
-            self._saved = {n: getattr(torch.Tensor, n) for n in HOST_ESCAPES}
+            self._saved = {n: getattr(torch.Tensor, n) for n in host_escapes}
             for n, original in self._saved.items():
                 setattr(torch.Tensor, n, self._blocked(n, original))
             return super().__enter__()
@@ -201,9 +219,15 @@ def identity_snapshot(guard_cls: type | None = None) -> dict[str, int]:
         "TorchDispatchMode.__enter__": _python_dispatch.TorchDispatchMode.__enter__,
         "TorchDispatchMode.__exit__": _python_dispatch.TorchDispatchMode.__exit__,
     }
+    # The module's allow-list bindings (the guard uses its own bound copies; a rebinding is still tampering).
+    for name in ("ALLOWED_ATEN", "INTERPRETER_OWN", "HOST_ESCAPES", "MAX_VIEW_FILLS"):
+        targets[f"runtime_controls.{name}"] = globals().get(name)
     if guard_cls is not None:
         for name in ("__torch_dispatch__", "__enter__", "__exit__", "check_canary"):
             targets[f"DispatchGuard.{name}"] = guard_cls.__dict__[name]
+        dispatch = guard_cls.__dict__["__torch_dispatch__"]
+        for var, cell in zip(dispatch.__code__.co_freevars, dispatch.__closure__ or (), strict=True):
+            targets[f"DispatchGuard.__torch_dispatch__ closure {var}"] = cell.cell_contents
     return {name: id(obj) for name, obj in targets.items()}
 
 

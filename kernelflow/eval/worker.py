@@ -6,12 +6,13 @@ group and scrubbed environment, one submission per process. It connects to the j
 `warm`; then it waits for its one submission (a `judge` message, sent at once to a fresh worker or
 later to a pre-warmed one: the same protocol). Before that it may be given the session's two
 inter-process CUDA events (`gates`) and, on a worker that will never see a submission, asked for
-empty gated calls that calibrate the judge's clock (`probe`). It imports the submission, builds
-`ModelNew`, and serves `call` requests: each runs `forward` once on inputs the judge chose, under
-the runtime controls (runtime_controls.py), and reports what they saw (protocol.py). On CUDA the
-call waits for the judge's gate event before anything runs, records the done event after forward's
-launches, and exports its output's storage so the judge reads it directly; on the CPU the output and
-the inputs as they are after the call go back as raw frames. The worker never sees an expected
+empty gated calls that calibrate the judge's clock (`probe`). It runs the submission from the text
+the judge checked (`load_submission`), builds `ModelNew`, and serves `call` requests: each runs
+`forward` once on inputs the judge chose, under the runtime controls (runtime_controls.py), and
+reports what they saw (protocol.py). On CUDA the call waits for the judge's gate event before
+anything runs, records the done event after forward's launches, and exports its output's storage so
+the judge reads it directly; on the CPU the output and the inputs, copied as forward left them, go
+back as raw frames. The worker never sees an expected
 output and measures no time the verdict uses: the judge's clock is the judge's (session/gated_clock.py).
 
 Threat model: everything here runs in the submission's process, so the submission's Python can reach
@@ -24,13 +25,15 @@ The operating system confines the process (isolation.py).
 from __future__ import annotations
 
 import gc
-import importlib.util
+import importlib.machinery
 import json
+import linecache
 import os
 import sys
 import threading
 import time
 import traceback
+import types
 from multiprocessing.connection import Client
 
 from kernelflow.eval import protocol
@@ -60,6 +63,47 @@ def _is_compile_error(exc: BaseException) -> bool:
                          "ImportError", "NameError", "UnsupportedLanguageConstruct"})
 
 
+class _SourceLoader:
+    """The submission's loader: its source is the text the judge checked (for linecache and inspect)."""
+
+    def __init__(self, text: str):
+        self._text = text
+
+    def get_source(self, _name: str) -> str:
+        return self._text
+
+
+def load_submission(name: str, path: str):
+    """The submission as a fresh module `name`, executed from exactly the text the judge checked.
+
+    The judge wrote that text as UTF-8 with its newlines untranslated (prewarm.py); compiling the str
+    ignores any PEP 263 coding cookie, which the import system would honour (a `# coding: utf-7` or
+    `unicode_escape` file decodes to other code than the static checks parsed: the red team's a02,
+    a21). The module is registered as an import would register it (`sys.modules`, `__file__`,
+    `__spec__`), and linecache holds the same text, so tracebacks point into the file and Triton's
+    `inspect.getsource` of a @triton.jit function reads what was compiled, never the file decoded anew.
+    """
+    with open(path, encoding="utf-8", newline="") as f:
+        text = f.read()
+    linecache.cache[path] = (len(text), None, text.splitlines(True), path)  # mtime None: never reloaded from disk
+    loader = _SourceLoader(text)
+    spec = importlib.machinery.ModuleSpec(name, loader, origin=path)
+    spec.has_location = True
+    module = types.ModuleType(name)
+    module.__file__, module.__spec__, module.__loader__ = path, spec, loader
+    sys.modules[name] = module
+    code = compile(text, path, "exec", dont_inherit=True)  # not this module's `from __future__` flags
+    exec(code, module.__dict__)
+    return module
+
+
+def _hook_slots() -> tuple:
+    """(label, getter, setter) of each interpreter hook that runs Python code on later calls."""
+    return (("sys.setprofile", sys.getprofile, sys.setprofile), ("sys.settrace", sys.gettrace, sys.settrace),
+            ("threading.setprofile", threading.getprofile, threading.setprofile),
+            ("threading.settrace", threading.gettrace, threading.settrace))
+
+
 class Worker:
     """One submission's process-side harness (see the module docstring)."""
 
@@ -79,6 +123,8 @@ class Worker:
         self.model = None
         self.gate = self.done = None  # the judge's inter-process events (CUDA)
         self.outputs: list = []  # the last call's output, alive until the next call (the judge reads it)
+        self.hooks: list = []  # (label, getter, setter, the worker's own hook) per profile/trace slot (warm)
+        self.pending_hooks: list[str] = []  # hooks found and removed between calls, reported with the next
 
     def send(self, msg) -> None:
         self.conn.send_bytes(protocol.encode(msg))
@@ -93,6 +139,7 @@ class Worker:
             torch.cuda.set_device(self.device)
             torch.cuda.init()
         self.counter.install(cuda=self.cuda)
+        self.hooks = [(label, get, put, get()) for label, get, put in _hook_slots()]  # ours (None, or a coverage tracer)
         self.tripwires = Tripwires(self.module_name)
         self.tripwires.install()
         self.guard_cls = make_guard(self.counter, interpreter=not self.cuda)
@@ -134,10 +181,7 @@ class Worker:
         self.identities = identity_snapshot(self.guard_cls)
         import_start = time.perf_counter()
         try:
-            spec = importlib.util.spec_from_file_location(self.module_name, self.submission_path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[self.module_name] = module
-            spec.loader.exec_module(module)
+            module = load_submission(self.module_name, self.submission_path)
         except BaseException as exc:  # noqa: BLE001 - any failure of the submission's import is reported
             kind = "compile_error" if _is_compile_error(exc) else "runtime_error"
             if isinstance(exc, SystemExit):
@@ -152,9 +196,28 @@ class Worker:
         except BaseException as exc:  # noqa: BLE001
             raise Report(protocol.ImportFailed(
                 "runtime_error", "ModelNew(...) failed: " + _trim_traceback(exc, self.submission_path))) from None
+        # A hook set at import or in the constructor would run between calls, where the next call's inputs
+        # are in reach and no guard runs: removed now, reported with the first call.
+        self.pending_hooks = self._hooks_removed()
         self.send(protocol.Ready(self.warmup_s, time.perf_counter() - import_start))
 
     # ---- calls ----------------------------------------------------------------------------------
+    def _hooks_removed(self) -> list[str]:
+        """The profile/trace hooks the submission left installed, each put back to ours.
+
+        Such a hook runs the submission's code inside the worker's own after forward returns: outside
+        the guard, before the output is read (the red team's a13 filled its output from one). Called
+        first thing after forward, still inside the guard, so what a hook does on seeing it is guarded."""
+        found = []
+        for label, get, put, ours in self.hooks:
+            if get() is not ours:
+                put(ours)
+                found.append(label)
+        return found
+
+    def _more_hooks(self, hooks: list[str]) -> list[str]:
+        return hooks + [h for h in self._hooks_removed() if h not in hooks]
+
     def _inputs_for(self, msg: dict) -> list:
         torch = self.torch
         if msg.get("slot") is not None:
@@ -165,6 +228,7 @@ class Worker:
 
     def call(self, msg: dict) -> None:
         torch = self.torch
+        hooks, self.pending_hooks = self._more_hooks(self.pending_hooks), []
         inputs = self._inputs_for(msg)
         expected_shape = tuple(msg["out_shape"])
         self.outputs = []  # the previous call's output may go now: the judge has copied it
@@ -176,11 +240,19 @@ class Worker:
         t0 = time.perf_counter()
         self.tripwires.tripped.clear()
         self.tripwires.armed = True
+        snapshot = None
         try:
             with torch.no_grad(), guard:
                 out = self.model(*inputs)
+                hooks = self._more_hooks(hooks)  # first, still inside the guard
                 canary = guard.check_canary()  # on the host: no GPU op inside the judge's window
+                problem = self._output_problem(out, inputs, expected_shape, msg["out_dtype"])
+                if problem is None and not self.cuda:
+                    # What the judge reads, taken now: nothing the submission left behind (a finaliser, a
+                    # hook we missed) can change it once the worker's own code runs. `clone` is allowed.
+                    snapshot = [out.detach().clone()] + [x.detach().clone() for x in inputs]
         except BaseException as exc:  # noqa: BLE001 - reported, never raised
+            self._hooks_removed()
             self.tripwires.armed = False
             guard.violations.extend(self.tripwires.tripped)
             if self.cuda:
@@ -202,7 +274,6 @@ class Worker:
         tampered = [k for k, v in identity_snapshot(self.guard_cls).items() if self.identities.get(k) != v]
         if not self.counter.intact():
             tampered.append("triton launch methods")
-        problem = self._output_problem(out, inputs, expected_shape, msg["out_dtype"])
         shared = nbytes = None
         if problem is None:
             if self.cuda:
@@ -215,15 +286,17 @@ class Worker:
                     return
             else:
                 nbytes = out.numel() * out.element_size()
+        hooks = self._more_hooks(hooks)  # one set again after the guard (a finaliser, say)
         if self.cuda:
             self.done.record()
         self.send(protocol.Called(problem, self.counter.own - launches0, self.counter.other - foreign0,
                                   [v[:200] for v in guard.violations[:20]], threading.active_count(),
-                                  os_thread_count(), tampered[:20], canary, host_ms, shared, nbytes))
+                                  os_thread_count(), tampered[:20], canary, host_ms, shared, nbytes, hooks))
         if problem is None and not self.cuda:
-            self.conn.send_bytes(out.detach().contiguous().numpy().tobytes())
-            for x in inputs:  # as they are after the call: the judge checks they were left unchanged
-                self.conn.send_bytes(x.detach().numpy().tobytes())
+            # the output, then each input (the judge checks they were left unchanged), as forward left them
+            for t in snapshot:
+                self.conn.send_bytes(t.contiguous().numpy().tobytes())
+        self.pending_hooks = self._hooks_removed()  # none may run until the next call: reported with it
         # No GPU work of ours follows DONE: it would compete with the judge's END for the GPU (contexts are
         # time-sliced) and lengthen the window. A never-written output is still caught: every call's
         # inputs are fresh (plan.py), so a stale block holds another call's results and fails the check.

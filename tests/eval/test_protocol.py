@@ -25,6 +25,7 @@ MESSAGES = [
     protocol.Called(None, 1, 0, [], 3, 7, [], True, 0.5, SHARED, None),
     protocol.Called("output shape (2,), expected (3,)", 1, 0, ["add"], 3, 7, [], True, 0.5, None, None),
     protocol.Called(None, 1, 0, [], 3, 7, [], True, 0.5, None, 64),
+    protocol.Called(None, 1, 0, [], 3, 7, [], True, 0.5, None, 64, ["sys.setprofile"]),
     protocol.CallFailed("runtime_error", "boom", [], False),
     protocol.Bye(True),
 ]

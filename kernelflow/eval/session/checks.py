@@ -52,6 +52,10 @@ RUNTIME_CHECKS: tuple[RuntimeCheck, ...] = (
     RuntimeCheck("harness_intact", Status.REJECTED_RUNTIME_CHECK,
                  "replacing the worker's launchers, guard, events or exporters to fake a launch or hide work",
                  lambda r, f: ("the submission replaced " + ", ".join(r.tampered)) if r.tampered else None),
+    RuntimeCheck("no_trace_hooks", Status.REJECTED_RUNTIME_CHECK,
+                 "a profile/trace hook that runs the submission's code after forward returns, outside the guard",
+                 lambda r, f: ("forward left interpreter hooks installed (" + ", ".join(r.hooks) + "); they run "
+                               "code after forward returns") if r.hooks else None),
     RuntimeCheck("dispatch_guard_active", Status.REJECTED_RUNTIME_CHECK,
                  "switching the PyTorch-op guard off through torch internals, then computing in PyTorch",
                  lambda r, f: None if r.guard_seen_canary else
