@@ -30,7 +30,7 @@ import torch
 
 import kernelflow
 from kernelflow.eval.cache import ReferenceCache, VerdictCache, verdict_key
-from kernelflow.eval.config import EvalConfig, config_hash, input_salt, salted_seed
+from kernelflow.eval.config import EvalConfig, config_hash, input_salt
 from kernelflow.eval.feedback import build_feedback
 from kernelflow.eval.ipc_arena import ArenaPool
 from kernelflow.eval.isolation import protect_judge, resolve
@@ -198,10 +198,10 @@ class Evaluator:
         with self._slots:
             queue_s = time.monotonic() - queued
             gate = self._gate_calibration() if self.backend == "cuda" else None
-            call_seeds = [salted_seed(s, self._input_salt) for s in config.seed_list()]
-            session = JudgeSession(task, code, config, self.backend, self.device, call_seeds,
+            session = JudgeSession(task, code, config, self.backend, self.device, config.seed_list(),
                                    gpu_lock=self._gpu_lock, pool=self._pool, references=self._references,
-                                   evaluator_version=EVALUATOR_VERSION, arenas=self._arenas, gate=gate)
+                                   evaluator_version=EVALUATOR_VERSION, arenas=self._arenas, gate=gate,
+                                   input_salt=self._input_salt)
             outcome = session.run()
             with self._state_lock:
                 self._sessions += 1

@@ -72,3 +72,5 @@ def test_an_answer_table_built_from_the_declared_seeds_fails_under_a_salt(monkey
     evaluator = Evaluator(EvalConfig(backend="interpret", static_checks=False, verdict_cache_size=0))
     verdict = evaluator.evaluate("19_ReLU", ANSWER_TABLE)
     assert verdict.status == status, verdict.feedback
+    if status == "incorrect":  # the feedback names the declared seed; the salted one never leaves the judge
+        assert "seed 0" in verdict.feedback and str(salted_seed(0, int(salt))) not in verdict.feedback

@@ -45,9 +45,10 @@ class JudgeSession:
     def __init__(self, task: Task, source: str, config: EvalConfig, backend: str, device: torch.device,
                  seeds: list[int], gpu_lock=nullcontext, pool: WarmPool | None = None,
                  references: ReferenceCache | None = None, evaluator_version: str = "",
-                 arenas: ArenaPool | None = None, gate: GateCalibration | None = None):
+                 arenas: ArenaPool | None = None, gate: GateCalibration | None = None, input_salt: int = 0):
         self.task, self.source, self.config, self.backend, self.device, self.seeds = \
             task, source, config, backend, device, seeds
+        self.input_salt = input_salt  # the judge's secret, mixed into every call's seed (plan.build_plan)
         self.cuda = device.type == "cuda"
         self.gpu_lock = gpu_lock
         self.refs = ReferenceSide(task, config, device, references, evaluator_version)
@@ -223,7 +224,7 @@ class JudgeSession:
     def _calls(self, hello: protocol.Ready, worker_start_s: float, holds: LockHolds) -> SessionOutcome:
         checks: dict[str, Check] = {"imports": Check(True)}
         self.refs.load()
-        plan = build_plan(self.task, self.config, self.seeds, self.backend)
+        plan = build_plan(self.task, self.config, self.seeds, self.backend, salt=self.input_salt)
         if self.cuda:
             self.inputs = SharedInputs(self.arenas, self.dtype, list(dict.fromkeys(s.shapes for s in plan)))
         base = dict(worker_start_s=worker_start_s, import_s=hello.import_s)

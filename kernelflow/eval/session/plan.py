@@ -16,7 +16,7 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 
-from kernelflow.eval.config import EvalConfig
+from kernelflow.eval.config import EvalConfig, salted_seed
 from kernelflow.tasks import Task, distribution_for_call, split_distribution
 
 
@@ -31,8 +31,11 @@ class CallSpec:
     distribution: str | None = None  # what the inputs are drawn from (Task.check_distributions); None: the base
 
 
-def build_plan(task: Task, config: EvalConfig, seeds: list[int], backend: str = "cuda") -> list[CallSpec]:
+def build_plan(task: Task, config: EvalConfig, seeds: list[int], backend: str = "cuda", salt: int = 0) -> list[CallSpec]:
     """The calls of one session: seeds, the odd shape, a repeat, then `timed_runs` fresh calls.
+
+    `seeds` are the declared ones (they name the calls in the feedback); every call's `seed`, which
+    its inputs are drawn from, has the judge's secret `salt` mixed in (config.salted_seed).
 
     Under the interpreter nothing is timed, so only two of the final calls are made: they still
     check that fresh inputs in the same buffers give fresh, correct outputs.
@@ -47,17 +50,18 @@ def build_plan(task: Task, config: EvalConfig, seeds: list[int], backend: str = 
         # (Task.check_distributions), so a kernel right only on the usual inputs fails; the label names them.
         dist = distribution_for_call(task, base, len(plan))
         suffix = "" if dist == base else f" ({split_distribution(dist)[1]} inputs)"
-        return CallSpec(label + suffix, shapes, seed, main=main, timed=False, distribution=dist)
+        return CallSpec(label + suffix, shapes, salted_seed(seed, salt), main=main, timed=False, distribution=dist)
 
     for s in seeds:
         plan.append(check(f"seed {s}", main_shape, s, main=True))
     if config.check_odd_shape:
         plan.append(check("odd shape", tuple(task.input_shapes(config.shape, odd=True)), seeds[-1] + 1000, main=False))
     if config.check_determinism:
-        plan.append(CallSpec(f"repeat of seed {seeds[0]}", main_shape, seeds[0], main=True, timed=False, repeat_of=0,
+        plan.append(CallSpec(f"repeat of seed {seeds[0]}", main_shape, salted_seed(seeds[0], salt), main=True,
+                             timed=False, repeat_of=0,
                              distribution=plan[0].distribution))
     for j in range(final_calls):  # the base inputs: timings stay comparable across tasks and with eager
-        plan.append(CallSpec(f"timed call {j + 1}", main_shape, seeds[-1] + 1 + j, main=True, timed=True,
+        plan.append(CallSpec(f"timed call {j + 1}", main_shape, salted_seed(seeds[-1] + 1 + j, salt), main=True, timed=True,
                              distribution=base))
     return plan
 
