@@ -44,7 +44,7 @@ for step in "${steps[@]}"; do
         >"$out/pick.log" 2>&1
       echo "pick rc=$?"; grep -E "FAILED|ERROR| passed| failed|Error|assert" "$out/pick.log" | tail -30 ;;
     hostile)
-      timeout "${HOSTILE_LIMIT:-170}" $py benchmarks/hostile_batch.py --backend cuda --shape full --workers 4 --timeout-s 40 \
+      timeout "${HOSTILE_LIMIT:-170}" $py benchmarks/hostile_batch.py --backend cuda --shape full --workers 4 --timeout-s 40 ${HOSTILE_ARGS:-} \
         --out "$out/h" >"$out/hostile.log" 2>&1
       echo "hostile rc=$?"; cp "$out/h/hostile_batch.json" "$out/hostile_batch.json" 2>/dev/null; tail -26 "$out/hostile.log" ;;
     generation)  # issue #18: rollout speed per path (7B and 0.5B, batch 16 x 256; ~2 min without the unmerged path)
