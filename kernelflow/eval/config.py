@@ -18,6 +18,7 @@ from kernelflow.eval.isolation import LEVELS as ISOLATION_LEVELS
 BACKENDS = ("auto", "cuda", "interpret")
 TOLERANCE_MODES = ("task", "kernelbench")
 GPU_LOCK_MODES = ("exclusive", "shared_checks")  # the choices of EvalConfig.gpu_lock (session/plan.py)
+CALIBRATION_SOURCES = ("stored", "measured")  # the choices of EvalConfig.calibration (roofline.py)
 
 
 @dataclass(frozen=True)
@@ -120,8 +121,8 @@ class EvalConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 problems.append(f"{name}={value!r} (need an int >= 0; 0 disables it)")
-        if self.calibration not in ("stored", "measured"):
-            problems.append(f"calibration={self.calibration!r} (choose 'stored' or 'measured')")
+        if self.calibration not in CALIBRATION_SOURCES:
+            problems.append(f"calibration={self.calibration!r} (choose one of {CALIBRATION_SOURCES})")
         if self.gpu_lock not in GPU_LOCK_MODES:
             problems.append(f"gpu_lock={self.gpu_lock!r} (choose one of {GPU_LOCK_MODES})")
         if self.isolation not in ("auto", *ISOLATION_LEVELS):

@@ -69,7 +69,6 @@ def datasheet_bandwidth(device_name: str) -> float | None:
 
 
 STORED_CALIBRATIONS = Path(__file__).with_name("device_calibrations.json")
-CALIBRATION_SOURCES = ("stored", "measured")  # the choices of EvalConfig.calibration
 
 
 def stored_calibration(device_name: str, path: Path = STORED_CALIBRATIONS) -> dict | None:

@@ -187,11 +187,14 @@ class JudgeSession:
         finally:
             self.link.call_deadline = None
 
-    def _input_changed(self, spec: CallSpec, given: list[torch.Tensor], ref: Reference | None) -> bool:
-        if not self.cuda:
-            return any(not torch.equal(a, g) for a, g in zip(self._inputs_after, given, strict=True))
-        staged = self.inputs.scratch_for(spec.shapes, self.device)  # the pristine copy (_run_call)
-        return any(not torch.equal(a, g) for a, g in zip(staged, given, strict=True))
+    def _pristine(self, spec: CallSpec, given: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The call's inputs as the judge drew them: on CUDA the private staged copy (_run_call), never the
+        shared buffers the worker can still write to; on the CPU the judge's own tensors it sent."""
+        return self.inputs.scratch_for(spec.shapes, self.device) if self.cuda else given
+
+    def _input_changed(self, spec: CallSpec, given: list[torch.Tensor]) -> bool:
+        after = given if self.cuda else self._inputs_after  # the inputs as forward left them
+        return any(not torch.equal(a, p) for a, p in zip(after, self._pristine(spec, given), strict=True))
 
     def _judge_reply(self, spec: CallSpec, reply, raw_ms: float | None, checks: dict[str, Check]) -> SessionOutcome | None:
         """The runtime checks of one call (checks.py); an outcome if one failed."""
@@ -248,15 +251,13 @@ class JudgeSession:
                 failed.__dict__.update(base, compile_s=compile_s, log_tail=self.link.log_tail())
                 return failed
             t_ref = time.monotonic()
-            # Against the pristine inputs, never the shared buffers the worker can still write to.
-            pristine = self.inputs.scratch_for(spec.shapes, self.device) if self.cuda else given
-            result: CompareResult = self.refs.compare(out, pristine, ref)
+            result: CompareResult = self.refs.compare(out, self._pristine(spec, given), ref)
             ref_s += time.monotonic() - t_ref
             last = result
             failed = None
             if not result.passed:
                 failed = ("values", f"{spec.label}: wrong values: {result.summary()}")
-            elif self._input_changed(spec, given, ref):
+            elif self._input_changed(spec, given):
                 failed = ("inputs_unchanged", f"{spec.label}: forward modified its input; inputs must be left unchanged")
             elif spec.repeat_of is not None and not torch.equal(outputs[spec.repeat_of], out):
                 failed = ("deterministic", f"{spec.label}: the same input gave a different output (a race or "
