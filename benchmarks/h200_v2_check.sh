@@ -56,7 +56,7 @@ for step in "${steps[@]}"; do
         --gen-backend static_compiled --tasks 19_ReLU 23_Softmax --out "$out/pilot" >"$out/pilot.log" 2>&1
       echo "pilot-update rc=$?"; tail -20 "$out/pilot.log" ;;
     isolation)
-      timeout "${ISOLATION_LIMIT:-120}" $py benchmarks/isolation_cost.py --backend cuda --out "$out/i" >"$out/isolation.log" 2>&1
+      timeout "${ISOLATION_LIMIT:-120}" $py benchmarks/isolation_cost.py --backend cuda --shape small --repeats "${ISOLATION_REPEATS:-3}" --out "$out/i" >"$out/isolation.log" 2>&1
       echo "isolation rc=$?"; cp "$out/i/"*.json "$out/" 2>/dev/null; tail -12 "$out/isolation.log" ;;
     *) echo "unknown step $step" >&2 ;;
   esac

@@ -1,4 +1,4 @@
-"""What worker OS isolation costs per verdict on the CPU: the honest ReLU, isolation "none" vs "auto".
+"""What worker OS isolation costs per verdict: the honest ReLU, isolation "none" vs "auto" (CPU or CUDA).
 
 Two ways a verdict gets its worker, each measured warm (the evaluator has judged once already):
 - fresh: `prewarm_workers=0`, the verdict spawns its worker (so it pays `unshare`, `setpriv`, the
@@ -9,6 +9,11 @@ Two ways a verdict gets its worker, each measured warm (the evaluator has judged
 Interleaved none/auto, `--repeats` each, the median and the spread printed. Run on a quiet machine:
 
     python benchmarks/isolation_cost.py --repeats 7
+    python benchmarks/isolation_cost.py --backend cuda --shape small --repeats 3 --out OUT   # GPU host
+
+On CUDA the small shape is the default: isolation acts on the worker's start and its system calls,
+not on the kernel, so a short verdict shows its share at its largest. `--out` also writes the lines
+printed as `isolation_cost.json`.
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ import json
 import platform
 import statistics
 import time
+from pathlib import Path
 
-from kernelflow.eval import EvalConfig, Evaluator
+from kernelflow.eval import EVALUATOR_VERSION, EvalConfig, Evaluator
 from kernelflow.eval.isolation import host_mechanisms
 from kernelflow.eval.prewarm import SpawnSpec, WorkerHandle
 
@@ -67,16 +73,31 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--modes", default="fresh,pooled")
+    ap.add_argument("--backend", choices=["interpret", "cuda"], default="interpret")
+    ap.add_argument("--shape", choices=["small", "full"], default="small")
+    ap.add_argument("--out", default=None, help="directory for isolation_cost.json")
     args = ap.parse_args()
     import torch
     import triton
 
-    print(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": platform.node(),
-                      "cpus": __import__("os").cpu_count(), "kernel": platform.release(),
-                      "python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__,
-                      "mechanisms": {k: v is None for k, v in host_mechanisms().items()}}))
+    records: list[dict] = []
+
+    def emit(record: dict) -> None:
+        print(json.dumps(record), flush=True)
+        records.append(record)
+        if args.out:
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+            Path(args.out, "isolation_cost.json").write_text(json.dumps(records, indent=1))
+
+    emit({"backend": args.backend, "shape": args.shape,
+          "device": torch.cuda.get_device_name(0) if args.backend == "cuda" else "cpu (triton interpreter)",
+          "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": platform.node(),
+          "cpus": __import__("os").cpu_count(), "kernel": platform.release(), "evaluator_version": EVALUATOR_VERSION,
+          "python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__,
+          "mechanisms": {k: v is None for k, v in host_mechanisms().items()}})
     for mode in args.modes.split(","):
-        evaluators = {iso: Evaluator(EvalConfig(backend="interpret", verdict_cache_size=0, isolation=iso))
+        evaluators = {iso: Evaluator(EvalConfig(backend=args.backend, shape=args.shape, verdict_cache_size=0,
+                                               isolation=iso, prewarm_workers=0))
                       for iso in ("none", "auto")}
         times: dict[str, list[float]] = {iso: [] for iso in evaluators}
         for ev in evaluators.values():  # the first verdict of each is not counted (imports, caches)
@@ -93,10 +114,10 @@ def main() -> None:
             print(f"{mode} repeat {i + 1}/{args.repeats}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items()),
                   flush=True)
         med = {iso: statistics.median(t) for iso, t in times.items()}
-        print(json.dumps({"mode": mode, "level": evaluators["auto"].isolation.level,
-                          "median_s": {k: round(v, 3) for k, v in med.items()},
-                          "min_max_s": {k: [round(min(t), 3), round(max(t), 3)] for k, t in times.items()},
-                          "overhead_pct": round(100 * (med["auto"] / med["none"] - 1), 1)}), flush=True)
+        emit({"mode": mode, "level": evaluators["auto"].isolation.level,
+              "median_s": {k: round(v, 3) for k, v in med.items()},
+              "min_max_s": {k: [round(min(t), 3), round(max(t), 3)] for k, t in times.items()},
+              "overhead_pct": round(100 * (med["auto"] / med["none"] - 1), 1)})
         for ev in evaluators.values():
             ev._pool = None
             ev.close()
