@@ -17,7 +17,9 @@ goal: every one within +20 s) and their rewards in both runs. Writes `hostile_ba
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
+import logging
 import platform
 import sys
 import time
@@ -119,7 +121,11 @@ def main() -> int:
     ap.add_argument("--out", default="benchmark-results")
     ap.add_argument("--alone-from", default=None,
                     help="take the honest-alone rows from an earlier run's hostile_batch.partial.jsonl (a short call)")
+    ap.add_argument("--mixed-items", type=int, default=None, help="judge only the first N items of the mixed batch")
+    ap.add_argument("--stack-dump-s", type=float, default=0.0,
+                    help="every N s, write every thread's Python stack to OUT/stacks.txt (finding a stall)")
     args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(threadName)s %(name)s %(message)s")
     shape = args.shape or ("full" if torch.cuda.is_available() and args.backend != "interpret" else "small")
     config = EvalConfig(backend=args.backend, shape=shape, static_checks=False, verdict_cache_size=0,
                         max_workers=args.workers, timeout_s=args.timeout_s)
@@ -128,6 +134,9 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     partial = out / "hostile_batch.partial.jsonl"
     partial.unlink(missing_ok=True)
+    if args.stack_dump_s > 0:
+        stacks = (out / "stacks.txt").open("w")  # kept open: faulthandler writes from its own thread
+        faulthandler.dump_traceback_later(args.stack_dump_s, repeat=True, file=stacks)
     honest = [(f"honest_{t}", t, solution_source(t)) for t in TASKS]
     t0 = time.monotonic()
     if args.alone_from:
@@ -137,7 +146,7 @@ def main() -> int:
     else:
         alone = judge_all(evaluator, honest, args.workers, partial)
         alone_wall = time.monotonic() - t0
-    mixed_batch = [item for pair in zip(honest, hostile(), strict=True) for item in pair]
+    mixed_batch = [item for pair in zip(honest, hostile(), strict=True) for item in pair][:args.mixed_items]
     t0 = time.monotonic()
     mixed = judge_all(evaluator, mixed_batch, args.workers, partial)
     mixed_wall = time.monotonic() - t0
