@@ -21,7 +21,7 @@ from pathlib import Path
 
 from filelock import ReadWriteLock, Timeout
 
-from kernelflow.eval.gpu_lock import GpuLock
+from kernelflow.eval.gpu_lock import GpuLock, GpuLockTimeout
 
 
 class BareLock:
@@ -69,7 +69,7 @@ def late_reader_got_in(lock, settle_s: float, wait_s: float) -> bool:
     try:
         with lock.shared(timeout_s=wait_s):
             got_in = True
-    except Timeout:
+    except (Timeout, GpuLockTimeout):
         got_in = False
     first_may_leave.set()
     r1.join()

@@ -9,69 +9,99 @@ benchmarks, calibration), in two modes:
   float64 references). Any number of holders at once, none while an exclusive hold is active.
 
 Exclusive holders are preferred: once one waits, new shared holders queue behind it, so a steady
-stream of correctness calls cannot starve the timings. filelock's `ReadWriteLock` provides the two
-modes across processes and threads (SQLite transactions on one small database file), but not the
-preference: a waiting writer retries in 0.1 s slices and between them a new reader can get in (3 of 10
-tries within 2 s: benchmarks/gpu_lock_order.py --raw). So a turnstile comes first: a plain `FileLock`
-on a second file that a writer holds from before it asks for the write lock until it has it, and that
-every reader passes through (takes and drops) before asking for the read lock; a reader arriving after
-a writer therefore waits for that writer (tests/eval/test_gpu_lock.py pins this order). Each hold opens its own instances
-(`is_singleton=False`): a thread that must wait for another thread's conflicting hold needs its own
-connection and file descriptor. Both locks are the OS's, released when a holder's process dies, so a
-killed judge never leaves a GPU locked.
+stream of correctness calls cannot starve the timings. The lock is the kernel's `flock(2)` on two
+files: `LOCK_SH` / `LOCK_EX` on the main file are the two modes, and a turnstile comes first, an
+`LOCK_EX` on a second file that a writer holds from before it asks for the main lock until it has it,
+and that every reader passes through (takes and drops) before asking for its shared hold; a reader
+arriving after a writer therefore waits for that writer (tests/eval/test_gpu_lock.py pins this order).
+`flock` locks belong to an open file description, so each hold opens its own descriptors: two threads
+of one process exclude each other like two processes do. The descriptors are close-on-exec, so a
+spawned worker never inherits a hold, and the kernel drops a dead holder's locks, so a killed judge
+never leaves a GPU locked.
+
+Why not filelock's `ReadWriteLock` (what this used until 2026-12-01): on the H200 image (filelock
+3.32.5) its fork tracking deadlocked the judge. A thread spawning a worker (`subprocess` -> filelock's
+`_pin_fork_objects`) and threads acquiring and releasing holds (`_fork_transition`) waited on each other
+for good, so a mixed batch of four verdicts at a time returned one verdict in two minutes
+(benchmarks/hostile_batch.py --stack-dump-s; docs/evaluator.md). The kernel's lock has no user-space
+state to get stuck in.
 
 What it does not do: it orders only work that takes it. Pre-warmed workers warming up, other users'
 jobs and a trainer generating on the same GPU are not covered (docs/eval_speed.md), and nothing
 stops a submission's own process from running while it holds no lock: the judge only sends it calls
-under a hold.
+under a hold. Processes of an older kernelflow (the SQLite lock file `gpu<N>.rwlock`) do not see this lock.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from filelock import FileLock, ReadWriteLock
+_POLL_S = 0.005  # how often a hold with a timeout retries; one without blocks in the kernel
+
+
+class GpuLockTimeout(TimeoutError):
+    """A hold with a timeout that did not get the lock in time."""
+
+
+def _open(path: Path) -> int:
+    # O_CLOEXEC: a worker spawned while this is held must not inherit (and so keep) the hold.
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+
+
+def _flock(fd: int, op: int, deadline: float | None, what: str) -> None:
+    if deadline is None:
+        fcntl.flock(fd, op)  # blocks in the kernel; EINTR is retried by Python (PEP 475)
+        return
+    while True:
+        try:
+            fcntl.flock(fd, op | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise GpuLockTimeout(f"{what} not free in time") from None
+            time.sleep(min(_POLL_S, left))
 
 
 class GpuLock:
     """The readers-writer lock of one GPU, by two files in `directory` (see the module docstring)."""
 
     def __init__(self, directory: Path, device_index: int) -> None:
-        self.path = directory / f"gpu{device_index}.rwlock"
-        self.turnstile = directory / f"gpu{device_index}.turnstile"
+        self.path = Path(directory) / f"gpu{device_index}.flock"
+        self.turnstile = Path(directory) / f"gpu{device_index}.turnstile"
 
     @contextmanager
     def exclusive(self, timeout_s: float = -1) -> Iterator[None]:
-        """Hold the GPU alone. `timeout_s` < 0 waits forever; otherwise filelock.Timeout when it expires."""
-        with self._hold("write", timeout_s):
+        """Hold the GPU alone. `timeout_s` < 0 waits forever; otherwise GpuLockTimeout when it expires."""
+        with self._hold(fcntl.LOCK_EX, timeout_s):
             yield
 
     @contextmanager
     def shared(self, timeout_s: float = -1) -> Iterator[None]:
         """Hold the GPU beside other shared holders, never beside an exclusive one."""
-        with self._hold("read", timeout_s):
+        with self._hold(fcntl.LOCK_SH, timeout_s):
             yield
 
     @contextmanager
-    def _hold(self, mode: str, timeout_s: float) -> Iterator[None]:
+    def _hold(self, mode: int, timeout_s: float) -> Iterator[None]:
         deadline = None if timeout_s < 0 else time.monotonic() + timeout_s
-
-        def left() -> float:
-            return -1 if deadline is None else max(0.0, deadline - time.monotonic())
-
-        rw = ReadWriteLock(self.path, timeout_s, is_singleton=False)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        main = _open(self.path)
         try:
-            with FileLock(self.turnstile, timeout=timeout_s, is_singleton=False):
-                if mode == "write":  # keep later readers at the turnstile until the write lock is ours
-                    rw.acquire_write(timeout=left())
-            if mode == "read":
-                rw.acquire_read(timeout=left())
+            turn = _open(self.turnstile)
             try:
-                yield
+                _flock(turn, fcntl.LOCK_EX, deadline, f"{self.turnstile}")
+                if mode == fcntl.LOCK_EX:  # keep later readers at the turnstile until the main lock is ours
+                    _flock(main, fcntl.LOCK_EX, deadline, f"{self.path} (exclusive)")
             finally:
-                rw.release()
+                os.close(turn)  # closing the descriptor drops its lock
+            if mode == fcntl.LOCK_SH:
+                _flock(main, fcntl.LOCK_SH, deadline, f"{self.path} (shared)")
+            yield
         finally:
-            rw.close()
+            os.close(main)
