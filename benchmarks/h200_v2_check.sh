@@ -3,7 +3,9 @@
 # shape (+ ReLU repeats), the GPU evaluator tests, the runtime and distribution fixtures on CUDA, and the
 # hostile batch. Usage (from the checkout, wheels in .whl/):  bash benchmarks/h200_v2_check.sh OUT [STEP...]
 # Steps: controls gpu-eval corpus-new corpus checks (gpu-eval + corpus side by side) pick (PICK=-k expr) hostile
-# generation pilot-update isolation (default: controls gpu-eval corpus-new hostile).
+# generation pilot-update isolation throughput spread (default: controls gpu-eval corpus-new hostile).
+# Issue #19: `throughput spread` together fit one call (~520 s: THROUGHPUT_LIMIT 270 + SPREAD_LIMIT 250); each step
+# has a soft budget (*_BUDGET) inside its limit, cuts what does not fit and prints the cuts (lines with CUT).
 set -uo pipefail
 out="${1:?output directory}"; shift
 steps=("$@"); [ ${#steps[@]} -gt 0 ] || steps=(controls gpu-eval corpus-new hostile)
@@ -58,6 +60,20 @@ for step in "${steps[@]}"; do
     isolation)
       timeout "${ISOLATION_LIMIT:-120}" $py benchmarks/isolation_cost.py --backend cuda --shape small --repeats "${ISOLATION_REPEATS:-3}" --out "$out/i" >"$out/isolation.log" 2>&1
       echo "isolation rc=$?"; cp "$out/i/"*.json "$out/" 2>/dev/null; tail -12 "$out/isolation.log" ;;
+    throughput)  # issue #19: P sweep 1 2 4 8 with conf/eval/gpu.yaml as is, prewarm on, one warm evaluator; the
+      # baseline at the same P while the budget lasts (BASELINE_POOLS in priority order), then the single warm verdict
+      timeout "${THROUGHPUT_LIMIT:-270}" $py benchmarks/eval_throughput.py --defaults --pool-sizes ${POOLS:-1 2 4 8} \
+        --prewarm on --gpu-lock shared_checks --evaluator shared --single-prewarm on --single-repeats 3 --skip-hang \
+        --no-env-server --skip-cache --baseline-pools ${BASELINE_POOLS:-2 4 8 1} --budget-s "${THROUGHPUT_BUDGET:-250}" \
+        ${THROUGHPUT_ARGS:-} --out "$out/tp" >"$out/throughput.log" 2>&1
+      echo "throughput rc=$?"; cp "$out/tp/eval_throughput.json" "$out/tp/eval_throughput.md" "$out/" 2>/dev/null
+      grep "CUT" "$out/throughput.log"; tail -32 "$out/throughput.log" ;;
+    spread)  # issue #19: the ten controls' rewards over fresh evaluator processes, alone and beside 4 other verdicts
+      timeout "${SPREAD_LIMIT:-250}" $py benchmarks/reward_spread.py --processes "${SPREAD_PROCESSES:-5}" --modes alone loaded \
+        --others 4 --prewarm "${SPREAD_PREWARM:-on}" --time-budget-s "${SPREAD_BUDGET:-210}" --kill-after-s 20 \
+        ${SPREAD_ARGS:-} --out "$out/spread" >"$out/spread.log" 2>&1
+      echo "spread rc=$?"; cp "$out/spread/reward_spread.json" "$out/spread/reward_spread.md" "$out/" 2>/dev/null
+      grep "CUT" "$out/spread.log"; tail -36 "$out/spread.log" ;;
     *) echo "unknown step $step" >&2 ;;
   esac
   echo "== $step took $(( $(date +%s) - t0 )) s"
