@@ -22,27 +22,27 @@ for step in "${steps[@]}"; do
       timeout "${CONTROLS_LIMIT:-230}" $py benchmarks/controls.py --shape full --repeats "${REPEATS:-2}" --out "$out/c" >"$out/controls.log" 2>&1
       echo "controls rc=$?"; cp "$out/c/controls.json" "$out/controls.json" 2>/dev/null; tail -16 "$out/controls.log" ;;
     gpu-eval)
-      timeout "${GPU_EVAL_LIMIT:-160}" $py -m pytest -m gpu tests/eval/test_gpu_evaluator.py -v -p no:cacheprovider --timeout 200 >"$out/gpu_eval.log" 2>&1
+      timeout "${GPU_EVAL_LIMIT:-160}" $py -m pytest -m gpu tests/eval/test_gpu_evaluator.py -v -p no:cacheprovider -o faulthandler_timeout=${STACK_DUMP_S:-100} --timeout 200 >"$out/gpu_eval.log" 2>&1
       echo "gpu-eval rc=$?"; grep -E "PASSED|FAILED|ERROR|passed|failed" "$out/gpu_eval.log" | tail -12 ;;
     corpus-new)
-      timeout "${CORPUS_LIMIT:-120}" $py -m pytest -m gpu tests/eval/test_adversarial.py -n 8 -v -p no:cacheprovider --timeout 200 \
+      timeout "${CORPUS_LIMIT:-120}" $py -m pytest -m gpu tests/eval/test_adversarial.py -n 8 -v -p no:cacheprovider -o faulthandler_timeout=${STACK_DUMP_S:-100} --timeout 200 \
         -k "rt_ or dist_ or timer_patch or thread_spawn or side_stream or call_counting or iso_" >"$out/corpus_new.log" 2>&1
       echo "corpus-new rc=$?"; grep -E "FAILED|ERROR|passed|failed" "$out/corpus_new.log" | tail -12 ;;
     corpus)
-      timeout "${CORPUS_LIMIT:-420}" $py -m pytest -m gpu tests/eval/test_adversarial.py -n 8 -v -p no:cacheprovider --timeout 300 \
+      timeout "${CORPUS_LIMIT:-420}" $py -m pytest -m gpu tests/eval/test_adversarial.py -n 8 -v -p no:cacheprovider -o faulthandler_timeout=${STACK_DUMP_S:-100} --timeout 300 \
         >"$out/corpus.log" 2>&1
       echo "corpus rc=$?"; grep -E "FAILED|ERROR|passed|failed" "$out/corpus.log" | tail -20 ;;
     checks)  # the GPU tests and the whole CUDA corpus side by side: the GPU lock keeps timed calls alone
       timeout "${CHECKS_LIMIT:-300}" $py -m pytest -m gpu tests/eval/test_gpu_evaluator.py tests/eval/test_isolation.py -v \
-        -p no:cacheprovider --timeout 250 >"$out/gpu_eval.log" 2>&1 &
+        -p no:cacheprovider -o faulthandler_timeout=${STACK_DUMP_S:-100} --timeout 250 >"$out/gpu_eval.log" 2>&1 &
       timeout "${CHECKS_LIMIT:-300}" $py -m pytest -m gpu tests/eval/test_adversarial.py -n "${CORPUS_WORKERS:-6}" -v \
-        -p no:cacheprovider --timeout 250 >"$out/corpus.log" 2>&1
+        -p no:cacheprovider -o faulthandler_timeout=${STACK_DUMP_S:-100} --timeout 250 >"$out/corpus.log" 2>&1
       echo "corpus rc=$?"; wait; echo "gpu-eval done"
       grep -E "FAILED|ERROR|passed|failed" "$out/gpu_eval.log" | tail -14
       grep -E "FAILED|ERROR| passed| failed" "$out/corpus.log" | tail -20 ;;
     pick)  # named GPU tests only, with their failures' tracebacks: PICK="expr" (pytest -k)
       timeout "${PICK_LIMIT:-150}" $py -m pytest -m gpu tests/eval/test_gpu_evaluator.py tests/eval/test_adversarial.py \
-        -n "${CORPUS_WORKERS:-4}" -v -p no:cacheprovider --timeout 140 --tb=short -k "${PICK:?PICK=pytest -k expression}" \
+        -n "${CORPUS_WORKERS:-4}" -v -p no:cacheprovider -o faulthandler_timeout=${STACK_DUMP_S:-100} --timeout 140 --tb=short -k "${PICK:?PICK=pytest -k expression}" \
         >"$out/pick.log" 2>&1
       echo "pick rc=$?"; grep -E "FAILED|ERROR| passed| failed|Error|assert" "$out/pick.log" | tail -30 ;;
     hostile)
@@ -58,7 +58,7 @@ for step in "${steps[@]}"; do
         --gen-backend static_compiled --tasks 19_ReLU 23_Softmax --out "$out/pilot" >"$out/pilot.log" 2>&1
       echo "pilot-update rc=$?"; tail -20 "$out/pilot.log" ;;
     isolation)
-      timeout "${ISOLATION_LIMIT:-120}" $py benchmarks/isolation_cost.py --backend cuda --shape small --repeats "${ISOLATION_REPEATS:-3}" --out "$out/i" >"$out/isolation.log" 2>&1
+      timeout "${ISOLATION_LIMIT:-120}" $py benchmarks/isolation_cost.py --backend cuda --shape small --repeats "${ISOLATION_REPEATS:-3}" --modes "${ISOLATION_MODES:-fresh,pooled}" --out "$out/i" >"$out/isolation.log" 2>&1
       echo "isolation rc=$?"; cp "$out/i/"*.json "$out/" 2>/dev/null; tail -12 "$out/isolation.log" ;;
     throughput)  # issue #19: P sweep 1 2 4 8 with conf/eval/gpu.yaml as is, prewarm on, one warm evaluator; the
       # baseline at the same P while the budget lasts (BASELINE_POOLS in priority order), then the single warm verdict

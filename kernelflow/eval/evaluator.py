@@ -39,6 +39,7 @@ from kernelflow.eval.reward import compute_reward, roofline_fraction
 from kernelflow.eval.roofline import Calibration, calibrate
 from kernelflow.eval.session import GateCalibration, JudgeSession, SessionOutcome, WorkerLink
 from kernelflow.eval.session import calibrate as calibrate_gate
+from kernelflow.eval.session.gated_clock import GpuHealth
 from kernelflow.eval.static_checks import first_failure, run_static_checks
 from kernelflow.eval.timing import TimingResult, gpu_lock, time_cuda
 from kernelflow.eval.verdict import Check, Status, Verdict, WallTime, code_sha256
@@ -77,6 +78,7 @@ class Evaluator:
         self._calibration: Calibration | None = None
         self._gate: GateCalibration | None = None  # the judge's clock on an empty call (CUDA, gated_clock.py)
         self._gate_lock = threading.Lock()
+        self._gpu_health = GpuHealth()  # set when a call's GPU work never finished: judging here stops
         self._eager: dict[tuple, TimingResult] = {}
         self._verdicts = VerdictCache(self.config.verdict_cache_size)
         self._references = ReferenceCache(self.config.input_cache_mb << 20) if self.config.input_cache_mb else None
@@ -112,6 +114,7 @@ class Evaluator:
             "isolation_mechanisms": list(self.isolation.mechanisms),
             "isolation_missing": dict(self.isolation.missing),
             "min_isolation": self.config.min_isolation,
+            "gpu_stalled": self._gpu_health.stalled,  # None while healthy; else restart this evaluator
         }
 
     def stats(self) -> dict:
@@ -194,6 +197,8 @@ class Evaluator:
                 status = Status.COMPILE_ERROR.value if name == "parses" else Status.STATIC_REJECTED.value
                 return self._verdict(task, config, code, status, checks, f"{name}: {check.why}",
                                      wall=WallTime(total_s=time.monotonic() - started))
+        if self._gpu_health.stalled is not None:
+            return self._stalled_verdict(task, config, code, checks, started)
         queued = time.monotonic()
         with self._slots:
             queue_s = time.monotonic() - queued
@@ -201,13 +206,25 @@ class Evaluator:
             session = JudgeSession(task, code, config, self.backend, self.device, config.seed_list(),
                                    gpu_lock=self._gpu_lock, pool=self._pool, references=self._references,
                                    evaluator_version=EVALUATOR_VERSION, arenas=self._arenas, gate=gate,
-                                   input_salt=self._input_salt)
+                                   input_salt=self._input_salt, gpu_health=self._gpu_health)
             outcome = session.run()
             with self._state_lock:
                 self._sessions += 1
                 self._prewarmed_sessions += int(session.prewarmed)
+        if session.gpu_stalled:
+            log.error("GPU work of a call never finished (%s); this evaluator stops judging on %s until it is "
+                      "restarted", self._gpu_health.stalled, self.device_name)
         checks.update(outcome.checks)
+        if outcome.status == Status.OK.value and self._gpu_health.stalled is not None:
+            return self._stalled_verdict(task, config, code, checks, started)  # no baseline timing behind the stall
         return self._from_outcome(task, config, code, outcome, checks, queue_s, started)
+
+    def _stalled_verdict(self, task, config, code, checks, started) -> Verdict:
+        why = (f"the evaluator's GPU stream is blocked by an earlier call whose GPU work never finished "
+               f"({self._gpu_health.stalled}); restart the evaluator (not this submission's verdict; not cached)")
+        return self._verdict(task, config, code, Status.EVALUATOR_ERROR.value,
+                             {**checks, "gpu_finished": Check(False, why)}, why,
+                             wall=WallTime(total_s=time.monotonic() - started))
 
     def _gate_calibration(self) -> GateCalibration:
         """What the judge's clock reads for an empty call, measured once with a worker that has no submission."""

@@ -38,6 +38,7 @@ preemption exactly there; the median over the timed calls absorbs a rare one).
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import dataclass
 
 import torch
@@ -47,6 +48,49 @@ from kernelflow.eval.timing import LAUNCH_COVER_CYCLES, MIN_RESOLVABLE_MS
 MAX_SPIN_FACTOR = 32
 START_SPIN_CYCLES = 2 * LAUNCH_COVER_CYCLES  # ~2 ms at H200 clocks
 CALIBRATION_CALLS = 20
+
+
+class GpuStalled(RuntimeError):
+    """GPU work the judge queued for a call did not complete by the call's deadline.
+
+    The judge's stream waits on the worker's DONE event; a kernel that never ends, or a fault that
+    loses the worker's CUDA context before DONE is signalled, leaves that wait pending, possibly for
+    good (an inter-process event whose last record never completes). Everything queued behind it in
+    this process waits too, so the evaluator stops using its GPU state once this is raised
+    (evaluator.py); the host never blocks on it without a deadline.
+    """
+
+
+class GpuHealth:
+    """One evaluator's record of a stalled GPU stream: set once, by the first session that saw it.
+
+    Set at the raise site, before the session lets go of its GPU lock hold, so no other thread of
+    this evaluator starts GPU work (a baseline timing, a calibration) behind the pending wait.
+    """
+
+    def __init__(self) -> None:
+        self.stalled: str | None = None
+
+    def stall(self, why: str) -> None:
+        if self.stalled is None:
+            self.stalled = why
+
+
+def wait_for(event: torch.cuda.Event, deadline: float | None, what: str) -> None:
+    """Wait on the host until `event` has completed; GpuStalled at `deadline` (time.monotonic()).
+
+    Polling instead of `event.synchronize()`: the latter cannot be bounded. Only the host notices
+    the completion later (at most ~1 ms); the event's own timestamp, which the clock reads, is the
+    GPU's.
+    """
+    if event.query():
+        return
+    pause = 20e-6
+    while not event.query():
+        if deadline is not None and time.monotonic() >= deadline:
+            raise GpuStalled(what)
+        time.sleep(pause)
+        pause = min(pause * 2, 1e-3)
 
 
 @dataclass(frozen=True)
@@ -98,9 +142,10 @@ class GatedClock:
             self.end = torch.cuda.Event(enable_timing=True)
             self.end.record()
 
-    def elapsed_ms(self, adapt: bool = True) -> float:
-        """The window's raw length; doubles the spin after a late call (`adapt`: not for the compile call)."""
-        self.end.synchronize()
+    def elapsed_ms(self, adapt: bool = True, deadline: float | None = None) -> float:
+        """The window's raw length; doubles the spin after a late call (`adapt`: not for the compile call).
+        GpuStalled if END has not happened by `deadline` (see `wait_for`)."""
+        wait_for(self.end, deadline, "the call's GPU work")
         raw = self.start.elapsed_time(self.end)
         if self.late and adapt:
             self.late_calls += 1
@@ -137,6 +182,6 @@ def calibrate(link, device: torch.device, l2_flush_mb: int, calls: int = CALIBRA
         link.send({"op": "probe"})
         link.recv(protocol.Probed)
         clock.stop()
-        times.append(clock.elapsed_ms())
+        times.append(clock.elapsed_ms(deadline=time.monotonic() + 60))  # a worker with no submission
     times = times[2:]
     return GateCalibration(statistics.median(times), min(times), max(times), len(times))

@@ -31,7 +31,16 @@ from kernelflow.eval.ipc_arena import ArenaPool
 from kernelflow.eval.prewarm import SpawnSpec, WarmPool, WorkerStartError
 from kernelflow.eval.session.buffers import SharedInputs, import_output, unlink_ref_counters
 from kernelflow.eval.session.checks import RUNTIME_CHECKS, CallFacts, first_failure
-from kernelflow.eval.session.gated_clock import GateCalibration, GatedClock, gate_respected, net_ms, timed_median_input
+from kernelflow.eval.session.gated_clock import (
+    GateCalibration,
+    GatedClock,
+    GpuHealth,
+    GpuStalled,
+    gate_respected,
+    net_ms,
+    timed_median_input,
+    wait_for,
+)
 from kernelflow.eval.session.link import CallLimit, SessionOutcome, WorkerLink
 from kernelflow.eval.session.plan import CallSpec, LockHolds, build_plan, call_limit_s
 from kernelflow.eval.session.references import ReferenceSide
@@ -45,10 +54,13 @@ class JudgeSession:
     def __init__(self, task: Task, source: str, config: EvalConfig, backend: str, device: torch.device,
                  seeds: list[int], gpu_lock=nullcontext, pool: WarmPool | None = None,
                  references: ReferenceCache | None = None, evaluator_version: str = "",
-                 arenas: ArenaPool | None = None, gate: GateCalibration | None = None, input_salt: int = 0):
+                 arenas: ArenaPool | None = None, gate: GateCalibration | None = None, input_salt: int = 0,
+                 gpu_health: GpuHealth | None = None):
         self.task, self.source, self.config, self.backend, self.device, self.seeds = \
             task, source, config, backend, device, seeds
         self.input_salt = input_salt  # the judge's secret, mixed into every call's seed (plan.build_plan)
+        self.gpu_health = gpu_health if gpu_health is not None else GpuHealth()
+        self.gpu_stalled = False  # this session's GPU work never finished: its GPU state must not be touched
         self.cuda = device.type == "cuda"
         self.gpu_lock = gpu_lock
         self.refs = ReferenceSide(task, config, device, references, evaluator_version)
@@ -84,6 +96,13 @@ class JudgeSession:
             why = f"the worker broke the judge's protocol ({exc}); the submission's code controls the worker"
             return SessionOutcome(Status.REJECTED_RUNTIME_CHECK.value, {"protocol": Check(False, why[:500])},
                                   why[:500], log_tail=self.link.log_tail())
+        except GpuStalled as exc:
+            why = (f"call {self._label}: {exc} did not finish within the call's {self._limit:.0f} s limit (a kernel "
+                   "that never ends, or a fault that lost the worker's GPU context, in this submission or one judged "
+                   "beside it); not the verdict of this submission: the evaluator stops judging on this GPU until "
+                   "it is restarted")
+            return SessionOutcome(Status.EVALUATOR_ERROR.value, {"gpu_finished": Check(False, why)}, why,
+                                  log_tail=self.link.log_tail())
         except WorkerStartError as exc:
             why = f"the worker could not be started: {exc}"[:1000]
             return SessionOutcome(Status.EVALUATOR_ERROR.value, {"worker_started": Check(False, why)}, why)
@@ -95,10 +114,13 @@ class JudgeSession:
         finally:
             clean = self.link.dismiss()
             self.link.close()
-            if self.inputs is not None:  # only now: the worker that mapped them is dead
+            # After a stall the judge's stream still holds work behind a wait that may never end: the
+            # arena stays out of reuse (a copy queued there could land in it later), and nothing that
+            # synchronises the device (ipc_collect, empty_cache: cudaFree) may run in this process.
+            if self.inputs is not None and not self.gpu_stalled:  # only now: the worker that mapped them is dead
                 self.inputs.release(clean)
             unlink_ref_counters(self.ref_counters)
-            if self.cuda:
+            if self.cuda and not self.gpu_stalled:
                 torch.cuda.ipc_collect()  # frees shared blocks whose consumers all let go
                 torch.cuda.empty_cache()
 
@@ -179,9 +201,18 @@ class JudgeSession:
                     got = mapped.clone()  # queued right behind END: what is checked is what existed then
                 else:
                     reply = replace(reply, output_problem=problem, output=None)
-            raw = self.clock.elapsed_ms(adapt=index > 0)
-            self._late = self.clock.late
-            torch.cuda.synchronize(self.device)  # the copy is done before the mapping goes
+            # The GPU gets the call's whole limit (from its start) and at least a second after the reply.
+            gpu_deadline = max(self.link.call_deadline, time.monotonic() + 1.0)
+            try:
+                raw = self.clock.elapsed_ms(adapt=index > 0, deadline=gpu_deadline)
+                self._late = self.clock.late
+                copied = torch.cuda.Event()
+                copied.record()
+                wait_for(copied, gpu_deadline, "the copy of the call's output")  # done before the mapping goes
+            except GpuStalled:
+                self.gpu_stalled = True
+                self.gpu_health.stall(f"{self.task.task_id}, {spec.label}")  # before any lock hold is let go
+                raise
             mapped = None
             return reply, got, bufs, raw
         finally:
