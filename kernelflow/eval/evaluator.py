@@ -47,7 +47,7 @@ from kernelflow.tasks import Task, extract_code, generate_inputs, get_task
 
 log = logging.getLogger(__name__)
 
-EVALUATOR_VERSION = f"{kernelflow.__version__}+eval.5"
+EVALUATOR_VERSION = f"{kernelflow.__version__}+eval.6"
 
 
 def resolve_backend(backend: str) -> str:

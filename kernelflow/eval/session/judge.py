@@ -282,7 +282,8 @@ class JudgeSession:
                 failed.__dict__.update(base, compile_s=compile_s, log_tail=self.link.log_tail())
                 return failed
             t_ref = time.monotonic()
-            result: CompareResult = self.refs.compare(out, self._pristine(spec, given), ref)
+            result: CompareResult = self.refs.compare(out, self._pristine(spec, given), ref,
+                                                      sample_rows=self.config.timed_check_rows if spec.timed else 0)
             ref_s += time.monotonic() - t_ref
             last = result
             failed = None
