@@ -100,8 +100,11 @@ class Evaluator:
         # A judge that keeps a pool serves many verdicts: it pays its own one-off imports now, in the
         # background, instead of in its first verdict (warm_judge says what they are).
         self._judge_warm = threading.Event()
+        self._judge_warming: threading.Thread | None = None
         if self._pool is not None:
-            threading.Thread(target=warm_judge, args=(self._judge_warm,), name="kf-warm-judge", daemon=True).start()
+            self._judge_warming = threading.Thread(target=warm_judge, args=(self._judge_warm,), name="kf-warm-judge",
+                                                   daemon=True)
+            self._judge_warming.start()
         else:
             self._judge_warm.set()
 
@@ -174,6 +177,10 @@ class Evaluator:
         """Kill the idle pre-warmed workers and drop the caches (verdicts in flight finish normally)."""
         if self._pool is not None:
             self._pool.close()
+        if self._judge_warming is not None:
+            # A process that exits while a thread is still importing torch modules aborts ("terminate
+            # called without an active exception"): let the warm-up finish (seconds) before shutdown.
+            self._judge_warming.join(timeout=30)
         self._eager.clear()
         self._verdicts.clear()
         if self._references is not None:
