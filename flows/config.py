@@ -38,6 +38,7 @@ from flows.schema import ConfigError, build, mirror
 from kernelflow.env.config import EnvServerConfig
 from kernelflow.env.models import TOKEN_ENV_VAR
 from kernelflow.eval import EvalConfig
+from kernelflow.eval.config import SERVE_DEFAULTS
 from kernelflow.tasks import FAMILY_GROUPS, FAMILY_ROLES, FAMILY_TASKS, KERNELBENCH_REVISION, TASKS, family_task_ids, task_ids
 from kernelflow.train import LoraSettings, PolicyConfig, TrainerConfig
 from kernelflow.train.evaluation import SampledEvalSettings
@@ -243,7 +244,9 @@ _ENV_EXTRA = (("url", Optional[str], MISSING), ("startup_timeout_s", float, 120.
 PolicyNode = mirror(PolicyConfig)
 LoraNode = mirror(LoraSettings)
 TrainerNode = mirror(TrainerConfig, exclude=TRAINER_FIXED)
-EvalNode = mirror(EvalConfig)
+# The eval group's defaults are the served ones (SERVE_DEFAULTS, the one home shared with `kernelflow serve`
+# and `kernelflow eval`): conf/eval/*.yaml do not repeat them. The flow's evaluator is its environment server.
+EvalNode = mirror(EvalConfig, defaults=tuple(SERVE_DEFAULTS.items()))
 EnvNode = mirror(EnvServerConfig, exclude=("eval",), extra=_ENV_EXTRA)
 TasksNode = mirror(TaskGroups)
 ValidationNode = mirror(ValidationConfig)

@@ -66,14 +66,22 @@ def _node_default(f: dataclasses.Field) -> dataclasses.Field:
 
 
 @cache
-def mirror(cls: type, exclude: tuple[str, ...] = (), extra: tuple[tuple[str, Any, Any], ...] = ()) -> type:
-    """A mutable schema dataclass with `cls`'s fields (minus `exclude`, plus `extra` (name, type, default))."""
+def mirror(cls: type, exclude: tuple[str, ...] = (), extra: tuple[tuple[str, Any, Any], ...] = (),
+           defaults: tuple[tuple[str, Any], ...] = ()) -> type:
+    """A mutable schema dataclass with `cls`'s fields (minus `exclude`, plus `extra` (name, type, default)),
+    `defaults` ((name, value) pairs of plain values) replacing those fields' defaults."""
     hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted({name for name, _ in defaults} - names)
+    if unknown:
+        raise ValueError(f"mirror({cls.__name__}): defaults for unknown fields {unknown}")
+    replaced = dict(defaults)
     specs: list[tuple[str, Any, dataclasses.Field]] = []
     for f in dataclasses.fields(cls):
         if f.name in exclude:
             continue
-        specs.append((f.name, _node_type(hints[f.name]), _node_default(f)))
+        default = dataclasses.field(default=replaced[f.name]) if f.name in replaced else _node_default(f)
+        specs.append((f.name, _node_type(hints[f.name]), default))
     for name, tp, default in extra:
         specs.append((name, tp, dataclasses.field(default=default)))
     suffix = "Node" if not (exclude or extra) else "SchemaNode"

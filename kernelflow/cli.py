@@ -102,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=["auto", "cuda", "interpret"], default="auto")
     p.add_argument("--seeds", type=int, default=None, help="number of input seeds for correctness")
     p.add_argument("--json", action="store_true", help="print exactly one JSON verdict on stdout")
+    p.add_argument("--prewarm-workers", default=None, metavar="N|auto",
+                   help="pre-warmed workers (default: kernelflow/eval/config.py ONE_SHOT_DEFAULTS, 0: one verdict)")
     p.set_defaults(func=_cmd_eval)
 
     p = sub.add_parser("serve", help="run the OpenEnv environment server")

@@ -6,7 +6,8 @@ largest submission it accepts, the idle-session timeout and the access token. It
 invariants; it does not start anything (see `server/app.py` and `server/launch.py`).
 
 JSON form (the `--config` file of `kernelflow serve`): the dataclass fields, with `eval` as a nested
-object of `EvalConfig` fields, e.g. `{"max_turns": 2, "eval": {"backend": "interpret", "shape": "small"}}`.
+object of `EvalConfig` fields, e.g. `{"max_turns": 2, "eval": {"backend": "interpret", "shape": "small"}}`;
+fields left out take the served defaults (`EvalConfig.served`: `prewarm_workers` "auto", sized for the device).
 
 Where evaluations run: `eval_backend` "local" (default: one `Evaluator`, its bounded worker pool on
 this host) or "ray" (`RayEvaluator`: evaluation actors on a Ray cluster, set up by `ray`, a nested
@@ -35,7 +36,10 @@ EVAL_BACKENDS = ("local", "ray")
 class EnvServerConfig:
     """What the environment server does around the evaluator (see the module docstring)."""
 
-    eval: EvalConfig = field(default_factory=EvalConfig)
+    # A server judges many verdicts: its evaluator takes the served defaults (EvalConfig.served, i.e.
+    # kernelflow/eval/config.py SERVE_DEFAULTS: pre-warmed workers sized for the device), also when `eval`
+    # comes as a partial dict from the --config JSON. An EvalConfig passed in is used as it is.
+    eval: EvalConfig = field(default_factory=EvalConfig.served)
     max_turns: int = 2  # submissions per episode
     gamma: float = 0.4  # discount of the per-turn returns (episode return = r1 + gamma * r2)
     stop_on_correct: bool = False  # end the episode at the first correct turn
@@ -48,7 +52,7 @@ class EnvServerConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.eval, dict):  # built from JSON or YAML
-            object.__setattr__(self, "eval", EvalConfig(**self.eval))
+            object.__setattr__(self, "eval", EvalConfig.served(**self.eval))
         if isinstance(self.ray, dict):
             object.__setattr__(self, "ray", RayConfig(**self.ray))
         problems = []

@@ -33,7 +33,13 @@ def run_eval(args: argparse.Namespace) -> int:
         answer = path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
         return _usage_error(f"cannot read submission file {path}: {exc.strerror or exc}")
-    config = EvalConfig(backend=args.backend)
+    config = EvalConfig.one_shot(backend=args.backend)  # config.ONE_SHOT_DEFAULTS: one verdict, no pool to warm
+    prewarm = getattr(args, "prewarm_workers", None)
+    if prewarm is not None:
+        try:
+            config = replace(config, prewarm_workers=prewarm if prewarm == "auto" else int(prewarm))
+        except ValueError as exc:
+            return _usage_error(f"--prewarm-workers {prewarm!r}: give a number >= 0 or 'auto' ({exc})")
     if args.shape:
         config = replace(config, shape=args.shape)
     if args.seeds is not None:

@@ -19,6 +19,28 @@ BACKENDS = ("auto", "cuda", "interpret")
 TOLERANCE_MODES = ("task", "kernelbench")
 GPU_LOCK_MODES = ("exclusive", "shared_checks")  # the choices of EvalConfig.gpu_lock (session/plan.py)
 CALIBRATION_SOURCES = ("stored", "measured")  # the choices of EvalConfig.calibration (roofline.py)
+AUTO = "auto"  # EvalConfig.prewarm_workers: sized when the Evaluator starts, from the device (auto_prewarm_workers)
+
+# The one home of the speed defaults of every judge that serves verdicts: `kernelflow serve` and the
+# server's JSON config (kernelflow/env/config.py) and the Hydra conf (flows/config.py mirrors EvalConfig
+# with these defaults; conf/eval/*.yaml do not repeat them); `kernelflow eval` reads ONE_SHOT_DEFAULTS
+# below. Only what differs from the EvalConfig field defaults is here; `max_workers` and `gpu_lock` are
+# the field defaults (not sized per device: see docs/eval_speed.md, issue #19).
+# The library default of `prewarm_workers` stays 0 on purpose: the test suite and benchmarks build
+# hundreds of `EvalConfig()`/Evaluators that judge one or two submissions each, and a warm pool in each
+# would spawn (and waste) interpreters on CI's two cores. A judge that serves many verdicts reads these.
+SERVE_DEFAULTS: dict[str, object] = {"prewarm_workers": AUTO}
+# `kernelflow eval` judges one submission per process, so a pool can only add workers that import torch
+# beside the one that judges and are then killed unused: on 2 cores a ReLU verdict took 8.5-10.3 s with 0
+# and 14.1-14.7 s with "auto" (2026-12-01, docs/eval_speed.md). Its own `--prewarm-workers` overrides.
+ONE_SHOT_DEFAULTS: dict[str, object] = {**SERVE_DEFAULTS, "prewarm_workers": 0}
+
+# What one idle pre-warmed worker holds (auto_prewarm_workers). Host: ~300 MB RSS of an interpreter with
+# torch and triton imported (measured on the CPU, docs/eval_speed.md); on CUDA its context (~0.5 GB of
+# device memory) plus the L2-flush buffer. At most this share of the free memory goes to idle workers.
+WORKER_HOST_MB = 300
+WORKER_CUDA_CONTEXT_MB = 512
+POOL_MEMORY_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -75,7 +97,9 @@ class EvalConfig:
     cache_dir: str | None = None  # calibration and lock files; None: ~/.cache/kernelflow
     verdict_cache_size: int = 4096  # verdicts kept for identical resubmissions (LRU); 0 disables (cache.py)
     input_cache_mb: int = 256  # inputs + float64 references kept across verdicts; 0 disables (cache.py)
-    prewarm_workers: int = 0  # idle pre-warmed workers kept per evaluator (device); 0: spawn per verdict (prewarm.py)
+    # Idle pre-warmed workers kept per evaluator (device), prewarm.py; 0: spawn one per verdict; "auto": sized
+    # when the Evaluator starts (auto_prewarm_workers). 0 here, "auto" where verdicts are served (SERVE_DEFAULTS).
+    prewarm_workers: int | str = 0
     # "shared_checks": only the timed calls hold the GPU exclusively; compilation and correctness calls
     # run beside other verdicts' (so no submission's slow host work keeps the GPU from the others).
     # "exclusive": every call of a verdict under one exclusive hold (the pre-v2 behaviour).
@@ -129,8 +153,11 @@ class EvalConfig:
             problems.append(f"impossible_factor={self.impossible_factor} (must be in (0, 1])")
         for name in ("verdict_cache_size", "input_cache_mb", "prewarm_workers"):
             value = getattr(self, name)
+            if name == "prewarm_workers" and value == AUTO:
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                problems.append(f"{name}={value!r} (need an int >= 0; 0 disables it)")
+                problems.append(f"{name}={value!r} (need an int >= 0; 0 disables it"
+                                f"{'; or ' + repr(AUTO) if name == 'prewarm_workers' else ''})")
         if self.calibration not in CALIBRATION_SOURCES:
             problems.append(f"calibration={self.calibration!r} (choose one of {CALIBRATION_SOURCES})")
         if self.gpu_lock not in GPU_LOCK_MODES:
@@ -144,6 +171,16 @@ class EvalConfig:
         if problems:
             raise ValueError("invalid EvalConfig: " + "; ".join(problems))
 
+    @classmethod
+    def served(cls, **fields) -> EvalConfig:
+        """The config of a judge that serves verdicts: the field defaults, SERVE_DEFAULTS over them, `fields` last."""
+        return cls(**{**SERVE_DEFAULTS, **fields})
+
+    @classmethod
+    def one_shot(cls, **fields) -> EvalConfig:
+        """The config of a judge of one submission (`kernelflow eval`): ONE_SHOT_DEFAULTS, `fields` last."""
+        return cls(**{**ONE_SHOT_DEFAULTS, **fields})
+
     def seed_list(self) -> list[int]:
         return [self.base_seed + i for i in range(self.seeds)]
 
@@ -154,6 +191,25 @@ class EvalConfig:
                   "prewarm_workers", "gpu_lock", "min_isolation"):
             d.pop(k)
         return d
+
+
+def auto_prewarm_workers(*, backend: str, max_workers: int, cores: int, host_available_mb: float,
+                         device_free_mb: float | None = None, l2_flush_mb: int = 256) -> int:
+    """How many idle pre-warmed workers `prewarm_workers="auto"` keeps, from the device's memory and cores.
+
+    At most `max_workers` (a burst of that many verdicts finds every worker warm; more would never be
+    taken before a replacement is spawned), at most `cores` (warming more interpreters than cores at once
+    only makes each slower), and the idle workers may hold at most POOL_MEMORY_SHARE of the host's
+    available memory (WORKER_HOST_MB each) and, on CUDA, of the device's free memory (a context plus the
+    L2-flush buffer each). 0 (no pool) when not even one fits.
+    """
+    n = min(int(max_workers), int(cores), int(POOL_MEMORY_SHARE * host_available_mb // WORKER_HOST_MB))
+    if backend == "cuda":
+        if device_free_mb is None:
+            raise ValueError("auto_prewarm_workers on cuda needs device_free_mb (torch.cuda.mem_get_info)")
+        per_worker = WORKER_CUDA_CONTEXT_MB + l2_flush_mb
+        n = min(n, int(POOL_MEMORY_SHARE * device_free_mb // per_worker))
+    return max(0, n)
 
 
 INPUT_SALT_ENV = "KERNELFLOW_INPUT_SALT"

@@ -3,7 +3,8 @@
 `Evaluator` holds what outlives one submission: the bounded worker pool (a semaphore; many
 concurrent requests queue instead of exhausting memory), the device calibration, cached eager
 timings, the verdict cache and the input/reference cache (`cache.py`), and, when `prewarm_workers`
-is above 0, a pool of pre-warmed fresh workers (`prewarm.py`). Per submission it extracts the code, answers
+is above 0 (or "auto", sized above 0 for this device), a pool of pre-warmed fresh workers (`prewarm.py`).
+Per submission it extracts the code, answers
 from the verdict cache when an identical submission was judged under the same settings, else runs
 the static checks and, if they pass, a `JudgeSession` with a fresh worker; then it turns the outcome
 into one `Verdict` with its reward and feedback. Whatever the submission does, exactly one verdict
@@ -34,7 +35,7 @@ from kernelflow.eval.config import EvalConfig, config_hash, input_salt
 from kernelflow.eval.feedback import build_feedback
 from kernelflow.eval.ipc_arena import ArenaPool
 from kernelflow.eval.isolation import protect_judge, resolve
-from kernelflow.eval.prewarm import SpawnSpec, WarmPool
+from kernelflow.eval.prewarm import SpawnSpec, WarmPool, pool_size
 from kernelflow.eval.reward import compute_reward, roofline_fraction
 from kernelflow.eval.roofline import Calibration, calibrate
 from kernelflow.eval.session import GateCalibration, JudgeSession, SessionOutcome, WorkerLink
@@ -91,10 +92,23 @@ class Evaluator:
         self._sessions = 0  # workers used (one per session), for stats and tests
         self._prewarmed_sessions = 0
         self._pool: WarmPool | None = None
-        if self.config.prewarm_workers > 0:
+        # The pool's size: the setting, or "auto" sized here from this device (prewarm.pool_size). The config
+        # keeps what was asked for; neither is in config_hash (no verdict depends on how workers start).
+        self.prewarm_workers = pool_size(self.config, self.backend, self.device)
+        if self.prewarm_workers > 0:
             spec = SpawnSpec.of(self.config, self.backend, self.device)
-            self._pool = WarmPool(spec, self.config.prewarm_workers, warmup_timeout_s=max(60.0, self.config.timeout_s))
+            self._pool = WarmPool(spec, self.prewarm_workers, warmup_timeout_s=max(60.0, self.config.timeout_s))
             weakref.finalize(self, self._pool.close)
+        # A judge that keeps a pool serves many verdicts: it pays its own one-off imports now, in the
+        # background, instead of in its first verdict (warm_judge says what they are).
+        self._judge_warm = threading.Event()
+        self._judge_warming: threading.Thread | None = None
+        if self._pool is not None:
+            self._judge_warming = threading.Thread(target=warm_judge, args=(self._judge_warm,), name="kf-warm-judge",
+                                                   daemon=True)
+            self._judge_warming.start()
+        else:
+            self._judge_warm.set()
 
     # ---- public ----------------------------------------------------------------------------------
     def info(self) -> dict:
@@ -105,7 +119,8 @@ class Evaluator:
             "shape": self.config.shape,
             "max_workers": self.config.max_workers,
             "verdict_cache_size": self.config.verdict_cache_size,
-            "prewarm_workers": self.config.prewarm_workers,
+            "prewarm_workers": self.prewarm_workers,  # resolved (an "auto" setting is sized at start)
+            "prewarm_workers_setting": self.config.prewarm_workers,
             "config_hash": config_hash(self.config, EVALUATOR_VERSION),
             "clock": "judge-side gated CUDA events" if self.backend == "cuda" else "none (interpreter: not timed)",
             "empty_call_ms": None if self._gate is None else self._gate.median_ms,
@@ -125,6 +140,7 @@ class Evaluator:
         return {
             "sessions": sessions,
             "prewarmed_sessions": prewarmed,
+            "judge_warm": self._judge_warm.is_set(),
             "verdict_cache": asdict(self._verdicts.stats()),
             "reference_cache": None if refs is None else {"entries": len(refs), "bytes": refs.nbytes, "hits": refs.hits,
                                                           "misses": refs.misses, "budget_bytes": refs.budget_bytes},
@@ -164,6 +180,10 @@ class Evaluator:
         """Kill the idle pre-warmed workers and drop the caches (verdicts in flight finish normally)."""
         if self._pool is not None:
             self._pool.close()
+        if self._judge_warming is not None:
+            # A process that exits while a thread is still importing torch modules aborts ("terminate
+            # called without an active exception"): let the warm-up finish (seconds) before shutdown.
+            self._judge_warming.join(timeout=30)
         self._eager.clear()
         self._verdicts.clear()
         if self._references is not None:
@@ -354,6 +374,28 @@ class Evaluator:
             device=self.device_name, shape=config.shape, seeds=config.seed_list(), checks=checks, wall_time=wall,
             cached=False, isolation=self.isolation.level, **fields,
         )
+
+
+def warm_judge(done: threading.Event | None = None) -> None:
+    """The judge process's own one-off costs, paid before any submission (never fails a verdict).
+
+    The first meta-device op of a process (the reference side derives every call's output shape on the
+    meta device, session/references.py) imports ~900 modules: torch's meta registrations pull in
+    torch._dynamo and sympy. Measured on the 2-core CPU host, 2026-12-01: 1.9 s idle, 4.9 s under load,
+    16.8 s of the first served verdict's `reference_s` on a loaded host. The first float64 comparison
+    adds ~0.1 s. Both are the judge's, not the submission's, and the same for every task.
+    """
+    try:
+        from kernelflow.eval.correctness import compare
+
+        with torch.no_grad():
+            torch.nn.functional.relu(torch.empty((2, 2), dtype=torch.float64, device="meta"))
+            compare(torch.zeros(8), torch.zeros(8, dtype=torch.float64), get_task("19_ReLU").tolerance)
+    except Exception:  # noqa: BLE001 - a warm-up only saves time; the first verdict pays it otherwise
+        log.warning("warming the judge failed; its first verdict pays the imports", exc_info=True)
+    finally:
+        if done is not None:
+            done.set()
 
 
 def evaluate(task: Task | str, answer: str | None, config: EvalConfig | None = None) -> Verdict:

@@ -16,7 +16,7 @@ it a submission (`handover`): the source is written into the worker's directory 
 over the socket. A handle can be handed over once; the worker judges that one submission and exits,
 and the judge kills its process group and deletes its directories.
 
-Both paths use this protocol. Without a pool (`prewarm_workers = 0`, the default) a session spawns a
+Both paths use this protocol. Without a pool (`prewarm_workers = 0`, the library default) a session spawns a
 handle and waits for `warm` itself, exactly as long as a fresh worker always took. With
 `WarmPool(size)`, `size` handles are spawned ahead of time and warm up in the background; a session
 takes one (a warm one if any, else the one that has been warming longest), and a replacement is
@@ -24,10 +24,15 @@ spawned at once. A pooled worker has judged nothing when it is taken and is neve
 pool. A pooled worker that fails to warm up is discarded and the session spawns a fresh one (the
 submission is not blamed for the evaluator's trouble); repeated warm-up failures back the pool off.
 
-Why the default stays 0: on a GPU each idle pooled worker holds a CUDA context (~0.5 GB) and a
-256 MB L2-flush buffer, and a worker warming up (CUDA context creation, allocations) while another
-verdict is being timed may disturb that timing. Both must be measured on the H200 before the pool is
-switched on there (docs/eval_speed.md has the command). On the CPU the pool only costs memory.
+The pool's size: `prewarm_workers = N`, or "auto", which `pool_size` resolves when the Evaluator starts
+from this host's cores and available memory and, on CUDA, the device's free memory (the rule is
+`config.auto_prewarm_workers`). "auto" is the default of every judge that serves verdicts
+(`config.SERVE_DEFAULTS`: the environment server and the Hydra conf); the library default and
+`kernelflow eval` (one submission per process, `config.ONE_SHOT_DEFAULTS`) keep 0, so one-off
+evaluators (tests, benchmarks, the CLI) spawn no pool that they could not use. On a GPU each idle pooled
+worker holds a CUDA context (~0.5 GB) and the L2-flush buffer, and a worker warming up while another
+verdict is being timed may disturb that timing: that is measured on the H200 before the GPU default is
+called validated (docs/eval_speed.md). On the CPU the pool only costs memory (~300 MB per idle worker).
 
 This module does not talk to a worker after the handover (see `session.py`).
 """
@@ -51,12 +56,52 @@ from multiprocessing.connection import Listener
 from pathlib import Path
 
 from kernelflow.eval import isolation, protocol
+from kernelflow.eval.config import auto_prewarm_workers
 
 log = logging.getLogger(__name__)
 
 # Environment variables a worker may inherit; everything else (tokens, credentials) is dropped.
 _KEEP_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_HOME", "LD_LIBRARY_PATH", "NVIDIA_VISIBLE_DEVICES",
              "CUDA_VISIBLE_DEVICES", "VIRTUAL_ENV", "PYTHONPATH", "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH")
+
+
+def host_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which containers and taskset narrow)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def host_available_mb() -> float:
+    """The host memory available for new processes (MemAvailable), in MB."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**20  # pragma: no cover
+
+
+def pool_size(config, backend: str, device) -> int:
+    """The number of pre-warmed workers for `config.prewarm_workers` (an int, or "auto": sized here)."""
+    if config.prewarm_workers != "auto":
+        return int(config.prewarm_workers)
+    device_free_mb = None
+    if backend == "cuda":
+        import torch
+
+        free, _total = torch.cuda.mem_get_info(device)
+        device_free_mb = free / 2**20
+    n = auto_prewarm_workers(backend=backend, max_workers=config.max_workers, cores=host_cores(),
+                             host_available_mb=host_available_mb(), device_free_mb=device_free_mb,
+                             l2_flush_mb=config.l2_flush_mb)
+    log.info("prewarm_workers=auto: %d pre-warmed worker(s) (max_workers %d, %d cores, %.0f MB host memory "
+             "available%s)", n, config.max_workers, host_cores(), host_available_mb(),
+             "" if device_free_mb is None else f", {device_free_mb:.0f} MB free on {device}")
+    return n
 
 
 class _WorkerPopen(subprocess.Popen):

@@ -102,7 +102,8 @@ def test_module_level_app_is_built_lazily_from_the_environment(tmp_path, monkeyp
     import kernelflow.env.server.app as app_module
 
     path = tmp_path / "server.json"
-    path.write_text(json.dumps({"max_turns": 3, "eval": {"backend": "interpret"}}))
+    # prewarm 0: a partial eval would take the served defaults (a warm pool), which this test does not need
+    path.write_text(json.dumps({"max_turns": 3, "eval": {"backend": "interpret", "prewarm_workers": 0}}))
     monkeypatch.setenv("KERNELFLOW_ENV_CONFIG", str(path))
     app_module._module_app.cache_clear()
     try:

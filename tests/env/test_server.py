@@ -352,3 +352,51 @@ def test_client_smoke_example_reports_an_unreachable_server(tmp_path):
         timeout=120,
     )
     assert result.returncode == 2 and "cannot reach" in result.stderr
+
+
+# ---- the served defaults (issue #19) ----------------------------------------------------------------
+
+
+def test_a_served_verdict_takes_a_prewarmed_worker_and_stop_leaves_no_worker(tmp_path):
+    """With the served defaults (prewarm_workers "auto"), the server sizes a warm pool at start, a verdict
+    takes a worker from it (Evaluator.stats through /kernelflow/info), and stopping the server leaves no
+    worker behind. Only the judging settings are cut down (one seed, one timed run); the speed ones are
+    the defaults."""
+    config = EnvServerConfig(eval=EvalConfig.served(backend="interpret", shape="small", seeds=1, timed_runs=1,
+                                                    timeout_s=120))
+    assert config.eval.prewarm_workers == "auto"
+    server = start_local_server(config, log_path=tmp_path / "server.log", startup_timeout_s=120)
+    pid = server.pid
+    try:
+        info = fetch_server_info(server.url)
+        assert info["prewarm_workers_setting"] == "auto"
+        assert info["prewarm_workers"] >= 1, f"auto sized no pool on this host: {info}"
+        pool = wait_until(lambda: (p := fetch_server_info(server.url)["evaluator_stats"]["pool"])["warm"] >= p["size"]
+                          and p, 120, "a warm pool")
+        assert pool["size"] == info["prewarm_workers"]
+        with KernelEnvSession(server.url) as session:
+            session.reset("19_ReLU", seed=5)
+            obs = session.step(HONEST_RELU)
+        assert obs.status == "ok", obs.feedback
+        stats = fetch_server_info(server.url)["evaluator_stats"]
+        assert (stats["sessions"], stats["prewarmed_sessions"]) == (1, 1) and stats["judge_warm"]
+        assert stats["pool"]["handed_out"] == 1
+        workers = descendants(pid)
+        assert workers, "the pool's workers run under the server"
+    finally:
+        code = server.stop()
+    assert code is not None and not server.alive()
+    # The workers have their own sessions (outside the server's process group), so check them by PID:
+    # closing the evaluator on shutdown must have killed every one.
+    deadline = time.monotonic() + 10
+    while (still := [p for p in workers if _alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert still == [], f"workers {still} outlived the server"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

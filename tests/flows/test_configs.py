@@ -218,3 +218,22 @@ def test_issue_18_trainer_keys_compose_and_fail_by_name():
         experiment("trainer.credit=step")
     with pytest.raises(ConfigError, match="needs merge_adapter=true"):
         experiment("trainer.generation.backend=static_compiled", "trainer.generation.merge_adapter=false")
+
+
+@pytest.mark.parametrize("option", ["interpret", "gpu"])
+def test_eval_speed_defaults_come_from_their_one_home(option):
+    """Issue #19: the conf's speed settings are SERVE_DEFAULTS over EvalConfig's defaults (the values
+    `kernelflow serve` and `kernelflow eval` use), not literals repeated in conf/eval/*.yaml."""
+    import yaml
+
+    from kernelflow.eval.config import SERVE_DEFAULTS
+
+    config = experiment(f"eval={option}")
+    served = EvalConfig.served()
+    for key in ("prewarm_workers", "max_workers", "gpu_lock"):
+        assert getattr(config.eval, key) == getattr(served, key), key
+    assert config.eval.prewarm_workers == SERVE_DEFAULTS["prewarm_workers"] == "auto"
+    assert config.env.server.eval == config.eval  # the embedded server judges with the same
+    text = yaml.safe_load((CONF_DIR / "eval" / f"{option}.yaml").read_text())
+    assert not {"prewarm_workers", "max_workers", "gpu_lock"} & set(text)
+    assert experiment(f"eval={option}", "eval.prewarm_workers=0").eval.prewarm_workers == 0

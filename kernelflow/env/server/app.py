@@ -111,7 +111,11 @@ def create_kernel_app(config: EnvServerConfig, evaluator: EvaluatorLike | None =
 
     @app.get(INFO_PATH, tags=["Environment Info"], summary="Evaluator and episode settings of this server")
     def kernelflow_info() -> dict[str, Any]:
-        return {**static_info, "active_sessions": server.active_sessions}
+        # Live counters beside the static settings: verdicts judged, how many through a pre-warmed worker,
+        # the warm pool's state and the caches' (Evaluator.stats), so a client can wait for a warm pool.
+        stats = getattr(evaluator, "stats", None)
+        return {**static_info, "active_sessions": server.active_sessions,
+                "evaluator_stats": stats() if callable(stats) else None}
 
     async def _close_evaluator() -> None:
         try:
