@@ -323,6 +323,7 @@ class _FakeSession:
 
     def __init__(self, *args, **kwargs):
         self.prewarmed = False
+        self.gpu_stalled = False  # JudgeSession's: its GPU work never finished (gated_clock.GpuStalled)
 
     def run(self) -> SessionOutcome:
         type(self).runs += 1
