@@ -165,8 +165,12 @@ def log(msg: str) -> None:
 # ---- kernelflow -----------------------------------------------------------------------------------
 
 
-def judge_batch(ev: Evaluator, batch, clients: int, tag: str, deadline: float | None = None) -> dict:
-    """The batch through `ev`, fed by `clients` threads (P concurrent verdicts); stops submitting at `deadline`."""
+def fan_out(batch, clients: int, judge_one, tag: str, deadline: float | None = None) -> dict:
+    """`batch` judged by `clients` threads (P concurrent verdicts); stops submitting at `deadline`.
+
+    `judge_one(label, task_id, source)` returns (status, latency s, split dict or None, row fields); the
+    result is `summarise`'s, the rows, and `partial`/`skipped` when the deadline cut the batch.
+    """
     lat, statuses, splits, rows = [], [], [], []
     lock = threading.Lock()
     skipped = []
@@ -177,26 +181,33 @@ def judge_batch(ev: Evaluator, batch, clients: int, tag: str, deadline: float | 
             with lock:
                 skipped.append(label)
             return
-        t0 = time.monotonic()
-        v = ev.evaluate(task_id, unique(source))
-        dt = time.monotonic() - t0
+        status, dt, split, extra = judge_one(label, task_id, source)
         with lock:
             lat.append(dt)
-            statuses.append(v.status)
-            splits.append(v.wall_time.__dict__ if v.wall_time else None)
-            rows.append({"label": label, "status": v.status, "latency_s": dt, "reward": v.reward})
-            log(f"  {tag} {label:<24} {v.status:<16} {dt:6.2f} s  ({len(lat)}/{len(batch)})")
+            statuses.append(status)
+            splits.append(split)
+            rows.append({"label": label, "status": status, "latency_s": dt, **extra})
+            log(f"  {tag} {label:<24} {status:<16} {dt:6.2f} s  ({len(lat)}/{len(batch)})")
 
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=clients) as pool:
         list(pool.map(judge, batch))
-    wall = time.monotonic() - t0
-    out = {**summarise(lat, wall, statuses, splits), "rows": rows, "stats": ev.stats()}
+    out = {**summarise(lat, time.monotonic() - t0, statuses, splits), "rows": rows}
     if skipped:
-        out["partial"] = True
-        out["skipped"] = skipped
+        out.update(partial=True, skipped=skipped)
         log(f"  {tag}: budget reached, {len(skipped)} of {len(batch)} not submitted (partial)")
     return out
+
+
+def judge_batch(ev: Evaluator, batch, clients: int, tag: str, deadline: float | None = None) -> dict:
+    """The batch through `ev`, fed by `clients` threads (P concurrent verdicts); stops submitting at `deadline`."""
+
+    def judge_one(label, task_id, source):
+        t0 = time.monotonic()
+        v = ev.evaluate(task_id, unique(source))
+        return v.status, time.monotonic() - t0, v.wall_time.__dict__ if v.wall_time else None, {"reward": v.reward}
+
+    return {**fan_out(batch, clients, judge_one, tag, deadline), "stats": ev.stats()}
 
 
 def warm_up(ev: Evaluator, clients: int, deadline: float | None = None) -> dict:
@@ -394,34 +405,13 @@ def baseline_sample(backend: str, shape: str, task_id: str, source: str, timeout
 
 
 def run_baseline(backend: str, shape: str, batch, pool: int, timeout_s: float, deadline: float | None = None) -> dict:
-    lat, statuses, splits, rows = [], [], [], []
-    lock = threading.Lock()
-    skipped = []
-
-    def judge(item):
-        label, task_id, source = item
-        if deadline is not None and time.monotonic() > deadline:
-            with lock:
-                skipped.append(label)
-            return
+    def judge_one(label, task_id, source):
         status, dt, res = baseline_sample(backend, shape, task_id, unique(source), timeout_s)
-        with lock:
-            lat.append(dt)
-            statuses.append(status)
-            splits.append({"worker_start_s": res.get("import_s"), "compile_s": res.get("compile_s"),
-                           "correctness_s": res.get("correctness_s"), "timing_s": res.get("timing_s")})
-            rows.append({"label": label, "status": status, "latency_s": dt})
-            log(f"  baseline   P={pool} {label:<24} {status:<16} {dt:6.2f} s  ({len(lat)}/{len(batch)})")
+        split = {"worker_start_s": res.get("import_s"), "compile_s": res.get("compile_s"),
+                 "correctness_s": res.get("correctness_s"), "timing_s": res.get("timing_s")}
+        return status, dt, split, {}
 
-    t0 = time.monotonic()
-    with ThreadPoolExecutor(max_workers=pool) as clients:
-        list(clients.map(judge, batch))
-    wall = time.monotonic() - t0
-    out = {**summarise(lat, wall, statuses, splits), "rows": rows}
-    if skipped:
-        out.update(partial=True, skipped=skipped)
-        log(f"  baseline P={pool}: budget reached, {len(skipped)} of {len(batch)} not submitted (partial)")
-    return out
+    return fan_out(batch, pool, judge_one, f"baseline   P={pool}", deadline)
 
 
 # ---- report -------------------------------------------------------------------------------------
