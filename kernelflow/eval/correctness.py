@@ -9,7 +9,7 @@ without a second full-size float64 temporary. It runs in the judging process, ne
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -45,6 +45,13 @@ class CompareResult:
         bad = f"; {self.nan_count} NaN and {self.inf_count} Inf where the reference is finite" if (
             self.nan_count or self.inf_count) else ""
         return f"max abs error {self.max_abs_err:.3g}, {self.violation:.3g}x the tolerance{where}{bad}"
+
+
+def in_whole(result: CompareResult, row_of) -> CompareResult:
+    """`result` of a comparison of some rows, its worst index moved to the whole tensor's row `row_of(i)`."""
+    if result.worst_index is None or not result.worst_index:
+        return result
+    return replace(result, worst_index=(row_of(result.worst_index[0]), *result.worst_index[1:]))
 
 
 def _unravel(flat_index: int, out: torch.Tensor) -> tuple[int, ...]:
@@ -206,8 +213,8 @@ def check_against_reference(
                 xs, os_ = [first[r0:r0 + step], *inputs[1:]], out[r0:r0 + step]
             ref = ref_model(*[as_reference_input(t) for t in xs])
             res = compare(os_, ref, tolerance)
-            if res.worst_index is not None and step < rows:
-                res = CompareResult(**{**res.__dict__, "worst_index": (res.worst_index[0] + r0, *res.worst_index[1:])})
+            if step < rows:
+                res = in_whole(res, lambda i, r0=r0: i + r0)
             results.append(res)
             del ref
     return merge(results)

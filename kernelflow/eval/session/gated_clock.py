@@ -83,8 +83,6 @@ def wait_for(event: torch.cuda.Event, deadline: float | None, what: str) -> None
     the completion later (at most ~1 ms); the event's own timestamp, which the clock reads, is the
     GPU's.
     """
-    if event.query():
-        return
     pause = 20e-6
     while not event.query():
         if deadline is not None and time.monotonic() >= deadline:

@@ -17,7 +17,7 @@ import torch
 
 from kernelflow.eval.cache import Reference, ReferenceCache, reference_key
 from kernelflow.eval.config import EvalConfig
-from kernelflow.eval.correctness import CompareResult, as_reference_input, check_against_reference, compare
+from kernelflow.eval.correctness import CompareResult, as_reference_input, check_against_reference, compare, in_whole
 from kernelflow.tasks import KERNELBENCH_TOLERANCE, Task, generate_inputs
 
 
@@ -110,8 +110,4 @@ class ReferenceSide:
             with torch.no_grad():
                 expected = self.model(*[as_reference_input(x) for x in xs])
             got = out.index_select(0, index)
-        result = compare(got, expected, self.tolerance)
-        if result.worst_index is not None:  # back to the row of the whole output
-            result = CompareResult(**{**result.__dict__, "worst_index": (rows[result.worst_index[0]],
-                                                                       *result.worst_index[1:])})
-        return result
+        return in_whole(compare(got, expected, self.tolerance), rows.__getitem__)  # rows of the whole output
