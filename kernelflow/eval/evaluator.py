@@ -33,7 +33,7 @@ import kernelflow
 from kernelflow.eval.cache import ReferenceCache, VerdictCache, verdict_key
 from kernelflow.eval.config import EvalConfig, config_hash, input_salt
 from kernelflow.eval.feedback import build_feedback
-from kernelflow.eval.ipc_arena import ArenaPool
+from kernelflow.eval.ipc_arena import ALIGN, ArenaPool
 from kernelflow.eval.isolation import protect_judge, resolve
 from kernelflow.eval.prewarm import SpawnSpec, WarmPool, pool_size
 from kernelflow.eval.reward import compute_reward, roofline_fraction
@@ -48,7 +48,7 @@ from kernelflow.tasks import Task, extract_code, generate_inputs, get_task
 
 log = logging.getLogger(__name__)
 
-EVALUATOR_VERSION = f"{kernelflow.__version__}+eval.6"
+EVALUATOR_VERSION = f"{kernelflow.__version__}+eval.7"
 
 
 def resolve_backend(backend: str) -> str:
@@ -252,12 +252,16 @@ class Evaluator:
             if self._gate is None:
                 link = WorkerLink(SpawnSpec.of(self.config, self.backend, self.device), pool=None)
                 link.deadline = time.monotonic() + max(120.0, self.config.timeout_s)
+                arena = self._arenas.acquire(ALIGN)  # the clock's flag, in memory of its own (gpu_signal.py)
+                flag = arena.carve((1,), torch.int32)
+                flag.zero_()
                 try:
                     link.start_bare()
                     with self._gpu_lock():
-                        self._gate = calibrate_gate(link, self.device, self.config.l2_flush_mb)
+                        self._gate = calibrate_gate(link, self.device, self.config.l2_flush_mb, flag)
                 finally:
                     link.close()
+                    self._arenas.release(arena, clean=False)  # the worker was killed with it mapped
                 log.info("judge clock: an empty gated call reads %.4f ms (min %.4f, max %.4f, %d calls)",
                          self._gate.median_ms, self._gate.min_ms, self._gate.max_ms, self._gate.runs)
             return self._gate

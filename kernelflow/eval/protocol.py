@@ -5,15 +5,16 @@ trusts the judge; worker -> judge messages are JSON objects that the judge treat
 
     worker: warm                      imports done, CUDA initialised, launch counter installed
     worker: confined(applied, error)  seccomp loaded too (isolation.py); a worker that could not is discarded
-    judge:  gates(gate, done)         CUDA: the session's two inter-process events (session/gated_clock.py)
-    judge:  probe                     only on a calibration worker, which never gets a submission
+    judge:  gates(gate, flag)         CUDA: the gate event and the done flag (session/gated_clock.py)
+    judge:  probe(seq)                only on a calibration worker, which never gets a submission
     worker: probed
     judge:  judge(submission_path)    the one submission (a pre-warmed worker may wait long for it)
     worker: ready | import_failed
     judge:  map(slot, inputs)         CUDA: the shared input buffers of one shape set, once
     worker: mapped
-    judge:  call(slot | input bytes)  one forward; CUDA: behind the judge's gate event (gated_clock.py)
+    judge:  call(slot | input bytes, seq)  one forward; CUDA: behind the gate, then flag = seq (gated_clock.py)
     worker: called | call_failed      CPU: `called` is followed by raw frames: output, then each input
+    worker: gpu_fault                 CUDA, only if the call's GPU work then failed (the worker waits for it)
     ...                               one call per planned call
     judge:  exit
     worker: bye(released)
@@ -129,13 +130,20 @@ class CallFailed:
 
 
 @dataclass(frozen=True)
+class GpuFault:
+    """After a CUDA reply: the worker's stream failed (an illegal address, say); its flag will never come."""
+
+    error: str
+
+
+@dataclass(frozen=True)
 class Bye:
     released: bool
 
 
 EVENTS: dict[str, type] = {"warm": Warm, "confined": Confined, "probed": Probed,
                            "ready": Ready, "import_failed": ImportFailed, "mapped": Mapped,
-                           "called": Called, "call_failed": CallFailed, "bye": Bye}
+                           "called": Called, "call_failed": CallFailed, "gpu_fault": GpuFault, "bye": Bye}
 _KINDS = ("compile_error", "runtime_error")
 
 

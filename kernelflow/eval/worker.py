@@ -4,16 +4,17 @@ Started by `prewarm.py` as `python -m kernelflow.eval.worker` in its own tempora
 group and scrubbed environment, one submission per process. It connects to the judge, warms up
 (imports torch and triton, installs the launch counter, on CUDA initialises its context) and says
 `warm`; then it waits for its one submission (a `judge` message, sent at once to a fresh worker or
-later to a pre-warmed one: the same protocol). Before that it may be given the session's two
-inter-process CUDA events (`gates`) and, on a worker that will never see a submission, asked for
+later to a pre-warmed one: the same protocol). Before that it may be given the session's gate event
+and done flag (`gates`) and, on a worker that will never see a submission, asked for
 empty gated calls that calibrate the judge's clock (`probe`). It runs the submission from the text
 the judge checked (`load_submission`), builds `ModelNew`, and serves `call` requests: each runs
 `forward` once on inputs the judge chose, under the runtime controls (runtime_controls.py), and
 reports what they saw (protocol.py). On CUDA the call waits for the judge's gate event before
-anything runs, records the done event after forward's launches, and exports its output's storage so
-the judge reads it directly; on the CPU the output and the inputs, copied as forward left them, go
-back as raw frames. The worker never sees an expected
-output and measures no time the verdict uses: the judge's clock is the judge's (session/gated_clock.py).
+anything runs, writes the call's number into the judge's done flag after forward's launches, exports
+its output's storage so the judge reads it directly, and after its reply waits for its own GPU work:
+if that failed it says `gpu_fault` (the flag will never come; session/gpu_signal.py). On the CPU
+the output and the inputs, copied as forward left them, go back as raw frames. The worker never sees
+an expected output and measures no time the verdict uses: the judge's clock is the judge's (session/gated_clock.py).
 
 Threat model: everything here runs in the submission's process, so the submission's Python can reach
 and replace it. Nothing this process says decides a verdict alone: the judge reads the outputs
@@ -121,7 +122,9 @@ class Worker:
         self.counter = LaunchCounter(self.module_name)
         self.buffers: dict[str, list] = {}
         self.model = None
-        self.gate = self.done = None  # the judge's inter-process events (CUDA)
+        self.gate = self.flag = None  # the judge's gate event and done flag (CUDA)
+        self.seq = 0  # the current call's number, written into the flag when its work is queued
+        self.fault = ""  # why the flag could not be written (a failed context)
         self.outputs: list = []  # the last call's output, alive until the next call (the judge reads it)
         self.hooks: list = []  # (label, getter, setter, the worker's own hook) per profile/trace slot (warm)
         self.pending_hooks: list[str] = []  # hooks found and removed between calls, reported with the next
@@ -138,6 +141,10 @@ class Worker:
         if self.cuda:
             torch.cuda.set_device(self.device)
             torch.cuda.init()
+            # The flag's fill kernel, loaded now: lazy module loading at the first call's signal would
+            # synchronise this context inside the judge's window.
+            torch.zeros(1, dtype=torch.int32, device=self.device).fill_(1)
+            torch.cuda.synchronize()
         self.counter.install(cuda=self.cuda)
         self.hooks = [(label, get, put, get()) for label, get, put in _hook_slots()]  # ours (None, or a coverage tracer)
         self.tripwires = Tripwires(self.module_name)
@@ -164,10 +171,10 @@ class Worker:
             op = msg.get("op")
             if op == "gates":
                 self.gate = self.torch.cuda.Event.from_ipc_handle(self.device, msg["gate"])
-                self.done = self.torch.cuda.Event.from_ipc_handle(self.device, msg["done"])
+                self.flag = msg["flag"]  # an int32 in the judge's arena (torch's CUDA IPC)
             elif op == "probe":  # an empty gated call: what the judge's clock reads for no work
                 self.torch.cuda.current_stream().wait_event(self.gate)
-                self.done.record()
+                self.flag.fill_(int(msg["seq"]))
                 self.send(protocol.Probed())
             elif op == "judge":
                 self.submission_path = str(msg["submission_path"])
@@ -237,6 +244,7 @@ class Worker:
         if self.cuda:
             # Nothing of this call may run before the judge's clock starts: the gate opens right after it.
             torch.cuda.current_stream().wait_event(self.gate)
+            self.seq = int(msg["seq"])
         t0 = time.perf_counter()
         self.tripwires.tripped.clear()
         self.tripwires.armed = True
@@ -255,14 +263,15 @@ class Worker:
             self._hooks_removed()
             self.tripwires.armed = False
             guard.violations.extend(self.tripwires.tripped)
-            if self.cuda:
-                self.done.record()  # the judge's clock must be able to stop whatever happened
+            signalled = self._signal() if self.cuda else True  # the judge's clock must stop whatever happened
             kind = "compile_error" if _is_compile_error(exc) and msg.get("first") else "runtime_error"
             text = _trim_traceback(exc, self.submission_path)
             if isinstance(exc, SystemExit):
                 text = f"the submission tried to exit the process (SystemExit {exc.code!r})"
-            self.send(protocol.CallFailed(kind, text, guard.violations[:20],
+            self.send(protocol.CallFailed(kind, text, guard.violations[:20], not signalled or
                                           "CUDA error" in str(exc) or "illegal" in str(exc).lower()))
+            if self.cuda and signalled:
+                self._settle()
             return
         self.tripwires.armed = False
         guard.violations.extend(self.tripwires.tripped)
@@ -280,15 +289,16 @@ class Worker:
                 shared, problem = self._export(out)
                 if problem is not None and ("CUDA error" in problem or "illegal" in problem.lower()):
                     # An asynchronous fault of an earlier call's kernels (an illegal address) surfaces at
-                    # the first CUDA call after them: the kernel's failure, as a synchronising worker reported it.
-                    self.done.record()
+                    # the first CUDA call after them: the kernel's failure, as a synchronising worker reported
+                    # it. No flag: this context can queue nothing more, and the judge does not wait for one.
                     self.send(protocol.CallFailed("runtime_error", problem, guard.violations[:20], True))
                     return
             else:
                 nbytes = out.numel() * out.element_size()
         hooks = self._more_hooks(hooks)  # one set again after the guard (a finaliser, say)
-        if self.cuda:
-            self.done.record()
+        if self.cuda and not self._signal():
+            self.send(protocol.CallFailed("runtime_error", self.fault, guard.violations[:20], True))
+            return
         self.send(protocol.Called(problem, self.counter.own - launches0, self.counter.other - foreign0,
                                   [v[:200] for v in guard.violations[:20]], threading.active_count(),
                                   os_thread_count(), tampered[:20], canary, host_ms, shared, nbytes, hooks))
@@ -296,10 +306,30 @@ class Worker:
             # the output, then each input (the judge checks they were left unchanged), as forward left them
             for t in snapshot:
                 self.conn.send_bytes(t.contiguous().numpy().tobytes())
+        if self.cuda:
+            self._settle()
         self.pending_hooks = self._hooks_removed()  # none may run until the next call: reported with it
         # No GPU work of ours follows DONE: it would compete with the judge's END for the GPU (contexts are
         # time-sliced) and lengthen the window. A never-written output is still caught: every call's
         # inputs are fresh (plan.py), so a stale block holds another call's results and fails the check.
+
+    def _signal(self) -> bool:
+        """Write this call's number into the judge's flag behind forward's work; False if CUDA refused."""
+        try:
+            self.flag.fill_(self.seq)
+            return True
+        except Exception as exc:  # noqa: BLE001 - a sticky fault of this context (an illegal address)
+            self.fault = f"the kernel failed on the GPU: {type(exc).__name__}: {exc}"[:1500]
+            return False
+
+    def _settle(self) -> None:
+        """After a CUDA reply: wait for our own GPU work; if it failed, say so (the flag never comes).
+
+        Host-side only, after the reply: the judge's END does not wait for this, only for the flag."""
+        try:
+            self.torch.cuda.current_stream().synchronize()
+        except Exception as exc:  # noqa: BLE001
+            self.send(protocol.GpuFault(f"{type(exc).__name__}: {exc}"[:1500]))
 
     def _export(self, out):
         """The output's CUDA storage exported for the judge (kept alive until the next call)."""

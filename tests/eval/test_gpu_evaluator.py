@@ -7,6 +7,7 @@ and that the evaluator survives an illegal memory access.
 """
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -133,6 +134,16 @@ def test_illegal_address_gets_a_verdict_and_the_next_submission_is_judged(evalua
     v = evaluator.evaluate("19_ReLU", ILLEGAL_ADDRESS)
     assert v.status in ("runtime_error", "crashed"), v.feedback
     assert v.reward == 0
+    assert evaluator.info()["gpu_stalled"] is None
+    after = evaluator.evaluate("19_ReLU", solution_source("19_ReLU"))
+    assert after.status == "ok", after.feedback
+
+
+def test_a_kernel_that_never_ends_times_out_and_the_next_submission_is_judged(evaluator):
+    source = (Path(__file__).resolve().parent.parent / "fixtures" / "adversarial" / "rt_kernel_never_ends.py").read_text()
+    v = evaluator.evaluate("19_ReLU", source)
+    assert v.status == "timeout", v.feedback
+    assert evaluator.info()["gpu_stalled"] is None  # the judge took its stream back (session/gpu_signal.py)
     after = evaluator.evaluate("19_ReLU", solution_source("19_ReLU"))
     assert after.status == "ok", after.feedback
 

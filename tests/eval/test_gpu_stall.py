@@ -1,7 +1,7 @@
 """A call whose GPU work never finishes (kernelflow/eval/session/gated_clock.py `GpuStalled`).
 
-The judge's stream waits on the worker's DONE event; if that never completes (a kernel that never
-ends, a fault that lost the worker's context) the host must not block for good: `wait_for` polls with
+The judge waits for the worker's done signal; if its stream does not resume even after the judge
+wrote that signal itself (test_gpu_release.py), the host must not block for good: `wait_for` polls with
 a deadline, the session answers `evaluator_error` (not the submission's verdict, never cached), and the
 evaluator stops judging on that GPU and says so in `info()`. The CUDA path itself needs a GPU; here the
 pieces run on the CPU with a stand-in event and a session whose call raises the stall.

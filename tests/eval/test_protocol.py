@@ -27,6 +27,7 @@ MESSAGES = [
     protocol.Called(None, 1, 0, [], 3, 7, [], True, 0.5, None, 64),
     protocol.Called(None, 1, 0, [], 3, 7, [], True, 0.5, None, 64, ["sys.setprofile"]),
     protocol.CallFailed("runtime_error", "boom", [], False),
+    protocol.GpuFault("AcceleratorError: CUDA error: an illegal memory access was encountered"),
     protocol.Bye(True),
 ]
 

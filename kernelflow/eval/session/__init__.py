@@ -6,6 +6,7 @@
 - `plan.py`: the call plan, each call's own limit, and the GPU lock holds (`LockHolds`).
 - `checks.py`: the named runtime checks, each with the hack it blocks.
 - `gated_clock.py`: the judge's own clock for CUDA calls.
+- `gpu_signal.py`: the worker's done signal, a value in the judge's memory that the judge can write too.
 - `buffers.py`: device memory shared with the worker, and reading its output from the judge's side.
 - `references.py`: the float64 reference, expected output shapes, cached references, the comparison.
 The message types live in `kernelflow/eval/protocol.py` (the worker uses them too); the OS isolation

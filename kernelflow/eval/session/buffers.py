@@ -1,9 +1,10 @@
 """Device memory between the judge and a CUDA worker: the shared inputs, and the worker's output.
 
 Inputs: one arena of the evaluator's `ArenaPool` per session (ipc_arena.py says why arenas are reused,
-never freed), carved into the inputs of every shape set of the plan and mapped into the worker once
-per shape set. The judge draws each call's fresh inputs into private scratch tensors and copies them
-into the shared ones as the last step before its clock starts (gated_clock.py).
+never freed), carved into the clock's done flag (gpu_signal.py) and the inputs of every shape set of
+the plan, and mapped into the worker once per shape set. The judge draws each call's fresh inputs
+into private scratch tensors and copies them into the shared ones as the last step before its clock
+starts (gated_clock.py).
 
 Output: the worker exports the storage of the tensor forward returned (`protocol.SharedOutput`); the
 judge maps it and copies it into memory of its own right behind the clock's END event, so nothing
@@ -33,15 +34,26 @@ class SharedInputs:
         self.dtype = dtype
         self.shape_sets = shape_sets
         self.arena: Arena | None = None
+        self.flag: torch.Tensor | None = None
         self.slots: dict[tuple, list[torch.Tensor]] = {}
         self.scratch: dict[tuple, list[torch.Tensor]] = {}
+
+    def _acquire(self) -> None:
+        if self.arena is None:
+            tensors = [((1,), torch.int32)] + [(tuple(s), self.dtype) for ss in self.shape_sets for s in ss]
+            self.arena = self.arenas.acquire(bytes_needed(tensors))
+            self.flag = self.arena.carve((1,), torch.int32)  # first, so every later carve keeps its place
+            self.flag.zero_()  # a reused arena holds an earlier session's values: the clock waits for >= 1
+
+    def signal_flag(self) -> torch.Tensor:
+        """The int32 the worker writes when a call's work is queued (gated_clock.py), zeroed."""
+        self._acquire()
+        return self.flag
 
     def for_shapes(self, shapes: tuple, link) -> list[torch.Tensor]:
         """The inputs of one shape set, mapped into the worker on first use."""
         if shapes not in self.slots:
-            if self.arena is None:
-                tensors = [(tuple(s), self.dtype) for ss in self.shape_sets for s in ss]
-                self.arena = self.arenas.acquire(bytes_needed(tensors))
+            self._acquire()
             bufs = [self.arena.carve(tuple(s), self.dtype) for s in shapes]
             link.send({"op": "map", "slot": str(shapes), "inputs": bufs})
             link.recv(protocol.Mapped)
@@ -61,7 +73,7 @@ class SharedInputs:
         self.scratch.clear()
         if self.arena is not None:
             self.arenas.release(self.arena, clean)
-            self.arena = None
+            self.arena = self.flag = None
 
 
 def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -84,7 +96,8 @@ def import_output(shared: protocol.SharedOutput, device: torch.device, shape: tu
         storage = torch.UntypedStorage._new_shared_cuda(
             shared.device, bytes.fromhex(shared.handle), shared.storage_bytes, shared.storage_offset_bytes,
             shared.ref_counter.encode(), shared.ref_counter_offset, bytes.fromhex(shared.event_handle),
-            shared.event_sync_required)
+            False)  # never wait on the worker's event: one recorded behind a faulted kernel never completes
+            # (gpu_signal.py); the clock's flag wait already orders this read after the worker's work
         out = torch.empty(0, dtype=dtype, device=device)
         out.set_(storage, shared.element_offset, shape, _contiguous_strides(shape))
     except Exception as exc:  # noqa: BLE001 - a forged or stale export is the submission's, never ours

@@ -5,8 +5,8 @@ its process (issue #17 measured a LogSoftmax that patched the worker's timing fu
 3.00). So no time a verdict uses is measured there. Per call, on the judge's stream:
 
     flush L2 | spin ~2 ms | copy the call's fresh inputs in | START | record GATE
-    worker:                   wait GATE | forward's launches | (host checks, export) | record DONE | reply
-    judge, at the reply:      wait DONE | END | copy the output
+    worker:                   wait GATE | forward's launches | (host checks, export) | write FLAG = n | reply
+    judge, at the reply:      wait FLAG >= n | END | copy the output
 
 `START -> END` is GPU time as the judge's context sees it: the worker's work cannot start before the
 gate opens (its inputs only exist from just before START: earlier work computes on the previous
@@ -16,9 +16,13 @@ judge's and the worker's CUDA contexts (~0.29 ms on an H200, steady to ~0.01 ms)
 evaluator with a worker that has no submission (`calibrate`), and subtracted. A window shorter than
 an empty call means the work ran outside the gate, which no honest kernel can do (`gate_respected`).
 The spin lets the host path (the worker's launches and checks, its reply, the judge's END) happen
-while the GPU is still busy; so the worker does all its host work before DONE, replies right after
-it and queues no GPU work of its own after DONE (a kernel there would compete with END for the GPU),
+while the GPU is still busy; so the worker does all its host work before FLAG, replies right after
+it and queues no GPU work of its own after FLAG (a kernel there would compete with END for the GPU),
 and the judge draws the inputs before `open` (drawing them synchronises its host: torch.unique).
+FLAG is an int32 in the session's arena and n the call's number (gpu_signal.py): unlike an
+inter-process DONE event, which never completes once its recorder faults or dies (measured on the
+H200), the judge can write the value itself when the worker's work will never finish, so a faulting
+or never-ending kernel costs its own verdict and nothing else (`settle`).
 If START had already passed when the worker's reply arrived (`late`), the GPU may have waited for
 the host inside the window: the time is too slow (never too fast), and the spin doubles for the next
 call; late timed calls are left out of the median when most are on time.
@@ -26,7 +30,7 @@ call; late timed calls are left out of the median when most are on time.
 History, on the H200 (2026-12-01; docs/evaluator.md, "Evaluator v2 on the H200"): with a fixed ~1 ms
 spin every control read 1.1-1.8 ms slow; with a ~2 ms adaptive spin still 0.6-1.4 ms, all 20 timed
 calls of every control late with the spin at its 64 ms cap. Two causes: the worker exported its
-output and checked for tampering after DONE, and the judge's input draw blocked its host until the
+output and checked for tampering after its done signal, and the judge's input draw blocked its host until the
 spin had run out, so the gate opened late whatever the spin. Both are fixed as described above.
 
 Assumes time-sliced contexts (the default compute mode, no MPS): the judge's and the worker's
@@ -43,22 +47,36 @@ from dataclasses import dataclass
 
 import torch
 
+from kernelflow.eval.session import gpu_signal
 from kernelflow.eval.timing import LAUNCH_COVER_CYCLES, MIN_RESOLVABLE_MS
 
 MAX_SPIN_FACTOR = 32
 START_SPIN_CYCLES = 2 * LAUNCH_COVER_CYCLES  # ~2 ms at H200 clocks
 CALIBRATION_CALLS = 20
+RESUME_WAIT_S = 20.0  # after the judge wrote the flag: its stream resumes at once, or never
 
 
 class GpuStalled(RuntimeError):
-    """GPU work the judge queued for a call did not complete by the call's deadline.
+    """GPU work the judge queued for a call did not complete, even after the judge released its wait.
 
-    The judge's stream waits on the worker's DONE event; a kernel that never ends, or a fault that
-    loses the worker's CUDA context before DONE is signalled, leaves that wait pending, possibly for
-    good (an inter-process event whose last record never completes). Everything queued behind it in
-    this process waits too, so the evaluator stops using its GPU state once this is raised
-    (evaluator.py); the host never blocks on it without a deadline.
+    Raised by `wait_for` at a deadline, and by `GatedClock.settle` when writing the call's flag did
+    not let the judge's stream resume (a driver without stream memory operations, a helper that could
+    not run). Everything queued behind it in this process waits too, so the evaluator stops using its
+    GPU state once this escapes a session (evaluator.py); the host never blocks on it without a deadline.
     """
+
+
+class GpuWorkAbandoned(Exception):
+    """The judge gave up on a call's GPU work and released its stream by writing the flag itself.
+
+    `cause` says why: `GpuStalled` (the call's limit passed: a kernel that never ends), or what the
+    `abort` check raised (the worker reported a GPU fault, died, or broke the protocol). The judge's
+    GPU state is healthy again; the verdict is the submission's.
+    """
+
+    def __init__(self, cause: Exception):
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 class GpuHealth:
@@ -76,17 +94,20 @@ class GpuHealth:
             self.stalled = why
 
 
-def wait_for(event: torch.cuda.Event, deadline: float | None, what: str) -> None:
+def wait_for(event: torch.cuda.Event, deadline: float | None, what: str, abort=None) -> None:
     """Wait on the host until `event` has completed; GpuStalled at `deadline` (time.monotonic()).
 
     Polling instead of `event.synchronize()`: the latter cannot be bounded. Only the host notices
     the completion later (at most ~1 ms); the event's own timestamp, which the clock reads, is the
-    GPU's.
+    GPU's. `abort()`, called between polls, may raise to end the wait early (the worker said its
+    GPU work failed).
     """
     pause = 20e-6
     while not event.query():
         if deadline is not None and time.monotonic() >= deadline:
             raise GpuStalled(what)
+        if abort is not None:
+            abort()
         time.sleep(pause)
         pause = min(pause * 2, 1e-3)
 
@@ -102,12 +123,18 @@ class GateCalibration:
 
 
 class GatedClock:
-    """One session's gate and done events and its judge-side timing (see the module docstring)."""
+    """One session's gate event, done flag and judge-side timing (see the module docstring).
 
-    def __init__(self, device: torch.device, l2_flush_mb: int, spin_cycles: int = START_SPIN_CYCLES):
+    `flag`: a zeroed int32 of its own in memory only this session's worker maps (the session's arena)."""
+
+    def __init__(self, device: torch.device, l2_flush_mb: int, flag: torch.Tensor,
+                 spin_cycles: int = START_SPIN_CYCLES):
         self.device = device
         self.gate = torch.cuda.Event(interprocess=True)
-        self.done = torch.cuda.Event(interprocess=True)
+        self.flag = flag
+        with torch.cuda.device(device):  # the driver calls need this device's context current
+            self.shared_flag = gpu_signal.share(flag.data_ptr(), device.index or 0)  # now, while all is healthy
+        self.seq = 0  # the current call's number: the value the worker writes into the flag
         self.flush = torch.empty(l2_flush_mb << 20, dtype=torch.uint8, device=device)
         self.base_spin = self.spin = spin_cycles
         self.late_calls = 0
@@ -115,9 +142,9 @@ class GatedClock:
         self.late = False
 
     def send_gates(self, link) -> None:
-        """Give a warm worker (`link`, before its handover) this clock's two inter-process events."""
-        with torch.cuda.device(self.device):  # the events are created lazily, at their first use
-            message = {"op": "gates", "gate": self.gate.ipc_handle(), "done": self.done.ipc_handle()}
+        """Give a warm worker (`link`, before its handover) the gate event and the flag."""
+        with torch.cuda.device(self.device):  # the event is created lazily, at its first use
+            message = {"op": "gates", "gate": self.gate.ipc_handle(), "flag": self.flag}
         link.handle.conn.send(message)
 
     def open(self, write_inputs=None) -> None:
@@ -131,19 +158,40 @@ class GatedClock:
             self.start = torch.cuda.Event(enable_timing=True)
             self.start.record()
             self.gate.record()
+            self.seq += 1
 
     def stop(self) -> None:
-        """Queue END behind the worker's DONE; anything queued after this follows the timed window."""
+        """Queue END behind the worker's flag write; anything queued after this follows the timed window."""
         with torch.cuda.device(self.device):
             self.late = bool(self.start.query())  # the gate opened before the worker's reply: see the docstring
-            torch.cuda.current_stream().wait_event(self.done)
+            gpu_signal.wait_value(torch.cuda.current_stream().cuda_stream, self.flag.data_ptr(), self.seq)
             self.end = torch.cuda.Event(enable_timing=True)
             self.end.record()
 
-    def elapsed_ms(self, adapt: bool = True, deadline: float | None = None) -> float:
-        """The window's raw length; doubles the spin after a late call (`adapt`: not for the compile call).
-        GpuStalled if END has not happened by `deadline` (see `wait_for`)."""
-        wait_for(self.end, deadline, "the call's GPU work")
+    def settle(self, tail: torch.cuda.Event, deadline: float | None, abort=None) -> None:
+        """Wait until `tail` (queued after END) has completed: the window is over and what follows it done.
+
+        At `deadline`, or when `abort()` raises, the judge writes the call's flag itself (gpu_signal.py)
+        and waits for its stream to resume: GpuWorkAbandoned if it did (the verdict is the submission's),
+        GpuStalled if not (this process's GPU state is lost)."""
+        try:
+            wait_for(tail, deadline, "the call's GPU work", abort)
+            return
+        except Exception as exc:  # noqa: BLE001 - GpuStalled, or whatever `abort` raised
+            cause = exc
+        why = gpu_signal.release(self.shared_flag, self.seq)
+        if why is None:
+            try:
+                wait_for(tail, time.monotonic() + RESUME_WAIT_S, "the judge's stream after the release")
+            except GpuStalled:
+                why = f"the judge's stream did not resume within {RESUME_WAIT_S:.0f} s of writing the flag"
+        if why is not None:
+            raise GpuStalled(f"the call's GPU work ({cause or type(cause).__name__}; {why})") from cause
+        raise GpuWorkAbandoned(cause) from cause
+
+    def elapsed_ms(self, adapt: bool = True) -> float:
+        """The window's raw length, once `settle` returned; doubles the spin after a late call (`adapt`:
+        not for the compile call)."""
         raw = self.start.elapsed_time(self.end)
         if self.late and adapt:
             self.late_calls += 1
@@ -167,19 +215,21 @@ def gate_respected(raw_ms: float, calibration: GateCalibration) -> bool:
     return raw_ms >= 0.9 * calibration.min_ms
 
 
-def calibrate(link, device: torch.device, l2_flush_mb: int, calls: int = CALIBRATION_CALLS) -> GateCalibration:
+def calibrate(link, device: torch.device, l2_flush_mb: int, flag: torch.Tensor,
+              calls: int = CALIBRATION_CALLS) -> GateCalibration:
     """Empty gated calls with a warm worker that has no submission (`link` is warm; the caller holds
-    the GPU exclusively and closes the link)."""
+    the GPU exclusively, gives a zeroed `flag` in memory of its own and closes the link)."""
     from kernelflow.eval import protocol
 
-    clock = GatedClock(device, l2_flush_mb)
+    clock = GatedClock(device, l2_flush_mb, flag)
     clock.send_gates(link)
     times = []
     for _ in range(calls + 2):  # the first two warm the event path
         clock.open()
-        link.send({"op": "probe"})
+        link.send({"op": "probe", "seq": clock.seq})
         link.recv(protocol.Probed)
         clock.stop()
-        times.append(clock.elapsed_ms(deadline=time.monotonic() + 60))  # a worker with no submission
+        clock.settle(clock.end, deadline=time.monotonic() + 60)  # a worker with no submission
+        times.append(clock.elapsed_ms())
     times = times[2:]
     return GateCalibration(statistics.median(times), min(times), max(times), len(times))

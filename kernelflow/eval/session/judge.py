@@ -36,12 +36,12 @@ from kernelflow.eval.session.gated_clock import (
     GatedClock,
     GpuHealth,
     GpuStalled,
+    GpuWorkAbandoned,
     gate_respected,
     net_ms,
     timed_median_input,
-    wait_for,
 )
-from kernelflow.eval.session.link import CallLimit, SessionOutcome, WorkerLink
+from kernelflow.eval.session.link import CallLimit, SessionOutcome, WorkerGpuFault, WorkerLink
 from kernelflow.eval.session.plan import CallSpec, LockHolds, build_plan, call_limit_s
 from kernelflow.eval.session.references import ReferenceSide
 from kernelflow.eval.verdict import Check, Status
@@ -69,6 +69,7 @@ class JudgeSession:
         self.arenas = arenas if arenas is not None else (ArenaPool(device) if self.cuda else None)
         self.gate = gate
         self.clock: GatedClock | None = None
+        self.plan: list[CallSpec] = []
         self.inputs: SharedInputs | None = None
         self.ref_counters: set[str] = set()
         self._late = False  # the last CUDA call's window may hold host latency (gated_clock.py)
@@ -96,6 +97,10 @@ class JudgeSession:
             why = f"the worker broke the judge's protocol ({exc}); the submission's code controls the worker"
             return SessionOutcome(Status.REJECTED_RUNTIME_CHECK.value, {"protocol": Check(False, why[:500])},
                                   why[:500], log_tail=self.link.log_tail())
+        except WorkerGpuFault as exc:
+            why = f"call {self._label}: the kernel failed on the GPU after forward returned: {exc}"[:1500]
+            return SessionOutcome(Status.RUNTIME_ERROR.value, {"forward_runs": Check(False, why)}, why,
+                                  log_tail=self.link.log_tail())
         except GpuStalled as exc:
             why = (f"call {self._label}: {exc} did not finish within the call's {self._limit:.0f} s limit (a kernel "
                    "that never ends, or a fault that lost the worker's GPU context, in this submission or one judged "
@@ -126,8 +131,10 @@ class JudgeSession:
 
     def _run(self, start: float) -> SessionOutcome:
         self._label, self._limit = "start-up", self.config.timeout_s
-        if self.cuda:
-            self.clock = GatedClock(self.device, self.config.l2_flush_mb)
+        self.plan = build_plan(self.task, self.config, self.seeds, self.backend, salt=self.input_salt)
+        if self.cuda:  # the arena first: the clock's flag lives in it, and the worker gets it with the gate
+            self.inputs = SharedInputs(self.arenas, self.dtype, list(dict.fromkeys(s.shapes for s in self.plan)))
+            self.clock = GatedClock(self.device, self.config.l2_flush_mb, self.inputs.signal_flag())
         self.link.start(self.source, self.task.init_inputs, before_handover=self.clock.send_gates if self.cuda else None)
         hello = self.link.recv(protocol.Ready, protocol.ImportFailed)
         worker_start_s = time.monotonic() - start
@@ -189,9 +196,11 @@ class JudgeSession:
                     dst.copy_(src, non_blocking=True)
 
             self.clock.open(write_inputs)
-            msg["slot"] = str(spec.shapes)
+            msg["slot"], msg["seq"] = str(spec.shapes), self.clock.seq
             self.link.send(msg)
             reply = self.link.recv(protocol.Called, protocol.CallFailed)
+            if isinstance(reply, protocol.CallFailed) and reply.cuda_error:
+                return reply, None, bufs, None  # its context failed before the flag: nothing to wait for
             self.clock.stop()
             got = None
             if isinstance(reply, protocol.Called) and reply.output is not None and reply.output_problem is None:
@@ -201,18 +210,23 @@ class JudgeSession:
                     got = mapped.clone()  # queued right behind END: what is checked is what existed then
                 else:
                     reply = replace(reply, output_problem=problem, output=None)
+            copied = torch.cuda.Event()
+            copied.record()  # behind END and the copy: once it completed, the mapping may go
             # The GPU gets the call's whole limit (from its start) and at least a second after the reply.
             gpu_deadline = max(self.link.call_deadline, time.monotonic() + 1.0)
             try:
-                raw = self.clock.elapsed_ms(adapt=index > 0, deadline=gpu_deadline)
-                self._late = self.clock.late
-                copied = torch.cuda.Event()
-                copied.record()
-                wait_for(copied, gpu_deadline, "the copy of the call's output")  # done before the mapping goes
+                self.clock.settle(copied, gpu_deadline, abort=self.link.check_quiet)
+            except GpuWorkAbandoned as exc:  # the judge wrote the flag itself; its stream is healthy again
+                self.link.busy = True  # the worker may still be stuck in its kernel: no exit handshake
+                if isinstance(exc.cause, GpuStalled):
+                    raise CallLimit from exc  # a kernel that never ends: this call's own limit passed
+                raise exc.cause from None  # WorkerGpuFault, a dead worker, a protocol violation: run() says
             except GpuStalled:
                 self.gpu_stalled = True
                 self.gpu_health.stall(f"{self.task.task_id}, {spec.label}")  # before any lock hold is let go
                 raise
+            raw = self.clock.elapsed_ms(adapt=index > 0)
+            self._late = self.clock.late
             mapped = None
             return reply, got, bufs, raw
         finally:
@@ -258,9 +272,7 @@ class JudgeSession:
     def _calls(self, hello: protocol.Ready, worker_start_s: float, holds: LockHolds) -> SessionOutcome:
         checks: dict[str, Check] = {"imports": Check(True)}
         self.refs.load()
-        plan = build_plan(self.task, self.config, self.seeds, self.backend, salt=self.input_salt)
-        if self.cuda:
-            self.inputs = SharedInputs(self.arenas, self.dtype, list(dict.fromkeys(s.shapes for s in plan)))
+        plan = self.plan
         base = dict(worker_start_s=worker_start_s, import_s=hello.import_s)
         times: list[float] = []
         outputs: dict[int, torch.Tensor] = {}

@@ -49,6 +49,10 @@ class CallLimit(TimeoutError):
     """One call ran past its own limit (plan.call_limit_s), before the session's timeout."""
 
 
+class WorkerGpuFault(Exception):
+    """The worker said its GPU work for the current call failed after it replied (protocol.GpuFault)."""
+
+
 class WorkerLink:
     """One worker, from handover to kill (see the module docstring)."""
 
@@ -143,6 +147,17 @@ class WorkerLink:
         self.busy = False
         msg = protocol.decode(data)
         return protocol.expect(msg, *wanted) if wanted else msg
+
+    def check_quiet(self) -> None:
+        """While the judge waits for a call's GPU work: raise if the worker spoke or died meanwhile.
+
+        WorkerGpuFault for its `gpu_fault`; EOFError if it is gone; ProtocolViolation for anything else
+        (no other message is due before the judge's next request)."""
+        if not self.handle.conn.poll(0):
+            return
+        data = self.handle.conn.recv_bytes(protocol.MAX_FRAME)  # EOFError once the worker is dead
+        fault = protocol.expect(protocol.decode(data), protocol.GpuFault)
+        raise WorkerGpuFault(fault.error)
 
     def recv_raw(self, expected: int) -> bytes:
         """One raw frame of exactly `expected` bytes (the CPU output and inputs after a call)."""
