@@ -205,7 +205,10 @@ def judge_batch(ev: Evaluator, batch, clients: int, tag: str, deadline: float | 
     def judge_one(label, task_id, source):
         t0 = time.monotonic()
         v = ev.evaluate(task_id, unique(source))
-        return v.status, time.monotonic() - t0, v.wall_time.__dict__ if v.wall_time else None, {"reward": v.reward}
+        extra = {"reward": v.reward}
+        if v.status not in ("ok", "compile_error", "static_rejected", "incorrect"):  # the unexpected: say why
+            extra["feedback"] = (v.feedback or "")[:600]
+        return v.status, time.monotonic() - t0, v.wall_time.__dict__ if v.wall_time else None, extra
 
     return {**fan_out(batch, clients, judge_one, tag, deadline), "stats": ev.stats()}
 

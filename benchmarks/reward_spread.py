@@ -88,11 +88,11 @@ def child(args) -> int:
     lock = threading.Lock()
 
     def save():
-        with lock:
+        with lock:  # the write and the rename too: two verdicts ending at once shared one temp file
             text = json.dumps(record, indent=1, default=str)
-        tmp = out_path.with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.replace(out_path)
+            tmp = out_path.with_suffix(".tmp")
+            tmp.write_text(text)
+            tmp.replace(out_path)
 
     def over() -> bool:
         return time.time() > deadline
@@ -140,7 +140,8 @@ def child(args) -> int:
             row = {"mode": mode, "task_id": task_id, "status": v.status, "reward": v.reward,
                    "runtime_ms": v.runtime_ms, "runtime_min_ms": v.runtime_min_ms, "runtime_max_ms": v.runtime_max_ms,
                    "t_min_ms": v.t_min_ms, "latency_s": dt, "others_at_start": others_start,
-                   "others_at_end": others_end, "interval": (t0, t1), "wall_time": v.wall_time.__dict__ if v.wall_time else None}
+                   "others_at_end": others_end, "interval": (t0, t1), "wall_time": v.wall_time.__dict__ if v.wall_time else None,
+                   "feedback": None if v.status == "ok" else (v.feedback or "")[:600]}
             with lock:
                 record["verdicts"].append(row)
                 if record["info"] is None and v.status == "ok":
@@ -379,7 +380,8 @@ def main() -> int:
         spec = {"index": index, "config": asdict(config), "tasks": tasks, "modes": modes, "others": args.others,
                 "measured_at_once": at_once, "prewarm": args.prewarm, "filler_tasks": filler_tasks,
                 "deadline": deadline}
-        spec_path, child_out = out / f"process{index}-{key}.spec.json", out / f"process{index}-{key}.json"
+        stem = f"process{index}-{key.replace('+', '_')}"  # no "+": the device tool brings such names not back
+        spec_path, child_out = out / f"{stem}.spec.json", out / f"{stem}.json"
         spec_path.write_text(json.dumps(spec, default=str))
         child_out.unlink(missing_ok=True)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}

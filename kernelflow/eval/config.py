@@ -90,6 +90,8 @@ class EvalConfig:
     memory_limit_mb: int = 8192  # address-space cap for interpret workers (CUDA needs a huge VA space)
     output_limit_mb: int = 16  # cap on a worker's stdout+stderr file (RLIMIT_FSIZE)
     max_workers: int = 2
+    # CUDA: share of the device's memory that concurrent verdicts may use together; more wait (device_memory.py)
+    device_memory_fraction: float = 0.85
     device_index: int = 0
     l2_flush_mb: int = 256
     impossible_factor: float = 0.9  # a time under factor * bytes / datasheet bandwidth is impossible
@@ -149,6 +151,8 @@ class EvalConfig:
                 problems.append(f"{name}={getattr(self, name)} (must be > 0 seconds)")
         if self.max_workers < 1:
             problems.append(f"max_workers={self.max_workers} (need at least 1)")
+        if not 0 < self.device_memory_fraction <= 1:
+            problems.append(f"device_memory_fraction={self.device_memory_fraction} (must be in (0, 1])")
         if not 0 < self.impossible_factor <= 1:
             problems.append(f"impossible_factor={self.impossible_factor} (must be in (0, 1])")
         for name in ("verdict_cache_size", "input_cache_mb", "prewarm_workers"):
@@ -188,7 +192,7 @@ class EvalConfig:
         """The settings that change a verdict (not pool sizes, caches or paths): what `config_hash` covers."""
         d = asdict(self)
         for k in ("max_workers", "cache_dir", "base_seed", "device_index", "verdict_cache_size", "input_cache_mb",
-                  "prewarm_workers", "gpu_lock", "min_isolation"):
+                  "prewarm_workers", "gpu_lock", "min_isolation", "device_memory_fraction"):
             d.pop(k)
         return d
 

@@ -32,6 +32,7 @@ import torch
 import kernelflow
 from kernelflow.eval.cache import ReferenceCache, VerdictCache, verdict_key
 from kernelflow.eval.config import EvalConfig, config_hash, input_salt
+from kernelflow.eval.device_memory import MemoryBudget, budget_bytes, estimate_verdict_bytes
 from kernelflow.eval.feedback import build_feedback
 from kernelflow.eval.ipc_arena import ALIGN, ArenaPool
 from kernelflow.eval.isolation import protect_judge, resolve
@@ -75,6 +76,8 @@ class Evaluator:
         protect_judge()  # non-dumpable: a worker of our UID cannot read our memory or environment
         self.isolation = resolve(self.backend, self.config.isolation)  # what every worker gets (isolation.py)
         self._slots = threading.BoundedSemaphore(self.config.max_workers)
+        self._memory: MemoryBudget | None = None  # CUDA: sized at the first verdict (device_memory.py)
+        self._verdict_bytes: dict[tuple, int] = {}
         self._state_lock = threading.Lock()
         self._calibration: Calibration | None = None
         self._gate: GateCalibration | None = None  # the judge's clock on an empty call (CUDA, gated_clock.py)
@@ -145,6 +148,8 @@ class Evaluator:
             "reference_cache": None if refs is None else {"entries": len(refs), "bytes": refs.nbytes, "hits": refs.hits,
                                                           "misses": refs.misses, "budget_bytes": refs.budget_bytes},
             "pool": None if self._pool is None else asdict(self._pool.stats()),
+            "device_memory": None if self._memory is None else {
+                "budget_bytes": self._memory.capacity, "held_bytes": self._memory.held, "waited_s": self._memory.waited_s},
         }
 
     def evaluate(
@@ -219,9 +224,14 @@ class Evaluator:
                                      wall=WallTime(total_s=time.monotonic() - started))
         if self._gpu_health.stalled is not None:
             return self._stalled_verdict(task, config, code, checks, started)
+        with self._memory_hold(task, config) as memory_wait_s:  # the session and the eager baseline after it
+            return self._judge_admitted(task, code, config, started, checks, memory_wait_s or 0.0)
+
+    def _judge_admitted(self, task: Task, code: str, config: EvalConfig, started: float, checks: dict,
+                        memory_wait_s: float) -> Verdict:
         queued = time.monotonic()
         with self._slots:
-            queue_s = time.monotonic() - queued
+            queue_s = memory_wait_s + time.monotonic() - queued
             gate = self._gate_calibration() if self.backend == "cuda" else None
             session = JudgeSession(task, code, config, self.backend, self.device, config.seed_list(),
                                    gpu_lock=self._gpu_lock, pool=self._pool, references=self._references,
@@ -238,6 +248,25 @@ class Evaluator:
         if outcome.status == Status.OK.value and self._gpu_health.stalled is not None:
             return self._stalled_verdict(task, config, code, checks, started)  # no baseline timing behind the stall
         return self._from_outcome(task, config, code, outcome, checks, queue_s, started)
+
+    def _memory_hold(self, task: Task, config: EvalConfig):
+        """A hold on this device's memory budget for one verdict of `task` (CUDA; nothing to hold on the CPU)."""
+        if self.backend != "cuda":
+            return nullcontext()
+        with self._state_lock:
+            if self._memory is None:
+                free, total = torch.cuda.mem_get_info(self.device)
+                capacity = budget_bytes(free + torch.cuda.memory_reserved(self.device), total,
+                                        self.config.device_memory_fraction)
+                self._memory = MemoryBudget(capacity)
+                log.info("device memory budget for concurrent verdicts: %.1f GB", capacity / 1e9)
+            key = (task.task_id, config.shape, config.seeds, config.base_seed)
+            need = self._verdict_bytes.get(key)
+        if need is None:
+            need = estimate_verdict_bytes(task, config, self.backend)
+            with self._state_lock:
+                self._verdict_bytes[key] = need
+        return self._memory.hold(need)
 
     def _stalled_verdict(self, task, config, code, checks, started) -> Verdict:
         why = (f"the evaluator's GPU stream is blocked by an earlier call whose GPU work never finished "
