@@ -41,6 +41,9 @@ ONE_SHOT_DEFAULTS: dict[str, object] = {**SERVE_DEFAULTS, "prewarm_workers": 0}
 WORKER_HOST_MB = 300
 WORKER_CUDA_CONTEXT_MB = 512
 POOL_MEMORY_SHARE = 0.25
+# Idle workers per concurrent verdict (auto_prewarm_workers): each verdict uses up one worker, and its
+# replacement takes longer to warm (4-10 s on an H200 under load) than a verdict takes (~2.5 s).
+POOL_PER_VERDICT = 4
 
 
 @dataclass(frozen=True)
@@ -201,13 +204,16 @@ def auto_prewarm_workers(*, backend: str, max_workers: int, cores: int, host_ava
                          device_free_mb: float | None = None, l2_flush_mb: int = 256) -> int:
     """How many idle pre-warmed workers `prewarm_workers="auto"` keeps, from the device's memory and cores.
 
-    At most `max_workers` (a burst of that many verdicts finds every worker warm; more would never be
-    taken before a replacement is spawned), at most `cores` (warming more interpreters than cores at once
-    only makes each slower), and the idle workers may hold at most POOL_MEMORY_SHARE of the host's
+    At most POOL_PER_VERDICT x `max_workers`: every verdict uses up a worker (one submission per
+    process) and its replacement starts at once, but warming it takes longer than a verdict, so a pool of
+    only `max_workers` runs dry under steady load. Measured on the H200 (2026-12-01, docs/eval_speed.md
+    "Session 10"): at 2 concurrent verdicts a pool of 4 left verdicts waiting for fresh workers (p95
+    9.2 s), a pool of 8 did not (p95 3.3 s). At most `cores` (warming more interpreters than cores at
+    once only makes each slower), and the idle workers may hold at most POOL_MEMORY_SHARE of the host's
     available memory (WORKER_HOST_MB each) and, on CUDA, of the device's free memory (a context plus the
     L2-flush buffer each). 0 (no pool) when not even one fits.
     """
-    n = min(int(max_workers), int(cores), int(POOL_MEMORY_SHARE * host_available_mb // WORKER_HOST_MB))
+    n = min(POOL_PER_VERDICT * int(max_workers), int(cores), int(POOL_MEMORY_SHARE * host_available_mb // WORKER_HOST_MB))
     if backend == "cuda":
         if device_free_mb is None:
             raise ValueError("auto_prewarm_workers on cuda needs device_free_mb (torch.cuda.mem_get_info)")

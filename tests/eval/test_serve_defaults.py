@@ -1,6 +1,6 @@
 """Issue #19: `prewarm_workers="auto"` and the one home of the served speed defaults.
 
-`auto_prewarm_workers` sizes the pool from given cores and memory (bounded by max_workers); the
+`auto_prewarm_workers` sizes the pool from given cores and memory (POOL_PER_VERDICT per concurrent verdict); the
 Evaluator resolves "auto" at start and reports both the setting and the size; the environment server
 (its default config and a partial JSON config) takes `EvalConfig.served()` (SERVE_DEFAULTS over the
 field defaults), `kernelflow eval` (one submission per process) `EvalConfig.one_shot()`, and a plain
@@ -33,9 +33,12 @@ from kernelflow.eval.config import (
 PLENTY = 1 << 20  # MB
 
 
-def test_auto_is_bounded_by_max_workers_and_cores():
-    assert auto_prewarm_workers(backend="interpret", max_workers=2, cores=16, host_available_mb=PLENTY) == 2
+def test_auto_keeps_several_workers_per_concurrent_verdict_bounded_by_cores():
+    # every verdict uses up a worker and a replacement warms slower than a verdict runs: 4 per verdict
+    assert auto_prewarm_workers(backend="interpret", max_workers=2, cores=16, host_available_mb=PLENTY) == 8
+    assert auto_prewarm_workers(backend="interpret", max_workers=1, cores=16, host_available_mb=PLENTY) == 4
     assert auto_prewarm_workers(backend="interpret", max_workers=8, cores=3, host_available_mb=PLENTY) == 3
+    assert auto_prewarm_workers(backend="interpret", max_workers=2, cores=2, host_available_mb=PLENTY) == 2  # this VM
     assert auto_prewarm_workers(backend="interpret", max_workers=1, cores=1, host_available_mb=PLENTY) == 1
 
 
@@ -54,9 +57,9 @@ def test_auto_on_cuda_is_bounded_by_free_device_memory():
     # a larger L2-flush buffer per worker: fewer fit
     assert auto_prewarm_workers(backend="cuda", max_workers=8, cores=16, host_available_mb=PLENTY,
                                 device_free_mb=two, l2_flush_mb=2048) == 0
-    # an H200 with ~140 GB free: max_workers decides
+    # an H200 host (16 cores, ~140 GB free): four per concurrent verdict
     assert auto_prewarm_workers(backend="cuda", max_workers=2, cores=16, host_available_mb=PLENTY,
-                                device_free_mb=140_000) == 2
+                                device_free_mb=140_000) == 8
     with pytest.raises(ValueError, match="device_free_mb"):
         auto_prewarm_workers(backend="cuda", max_workers=2, cores=16, host_available_mb=PLENTY)
 
