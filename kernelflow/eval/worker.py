@@ -10,7 +10,7 @@ empty gated calls that calibrate the judge's clock (`probe`). It runs the submis
 the judge checked (`load_submission`), builds `ModelNew`, and serves `call` requests: each runs
 `forward` once on inputs the judge chose, under the runtime controls (runtime_controls.py), and
 reports what they saw (protocol.py). On CUDA the call waits for the judge's gate event before
-anything runs, writes the call's number into the judge's done flag after forward's launches, exports
+anything runs, writes the call's done value into the judge's flag after forward's launches, exports
 its output's storage so the judge reads it directly, and after its reply waits for its own GPU work:
 if that failed it says `gpu_fault` (the flag will never come; session/gpu_signal.py). On the CPU
 the output and the inputs, copied as forward left them, go back as raw frames. The worker never sees
@@ -123,7 +123,7 @@ class Worker:
         self.buffers: dict[str, list] = {}
         self.model = None
         self.gate = self.flag = None  # the judge's gate event and done flag (CUDA)
-        self.seq = 0  # the current call's number, written into the flag when its work is queued
+        self.seq = 0  # the current call's done value (the judge's nonce), written into the flag behind forward
         self.fault = ""  # why the flag could not be written (a failed context)
         self.outputs: list = []  # the last call's output, alive until the next call (the judge reads it)
         self.hooks: list = []  # (label, getter, setter, the worker's own hook) per profile/trace slot (warm)

@@ -148,6 +148,49 @@ def test_a_kernel_that_never_ends_times_out_and_the_next_submission_is_judged(ev
     assert after.status == "ok", after.feedback
 
 
+EARLY_FLAG_RELU = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def early_flag(x_ptr):
+    # The judge's done flag is the first int32 of the session's arena, 512 bytes before the first input:
+    # written here, before the real work, with a value any "greater or equal" wait would accept.
+    flag = x_ptr.to(tl.pointer_type(tl.int32)) - 128
+    tl.store(flag, 0x7FFFFFFF)
+
+
+@triton.jit
+def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = torch.empty_like(x)
+        early_flag[(1,)](x)
+        relu_kernel[(triton.cdiv(x.numel(), 4096),)](x, out, x.numel(), BLOCK=4096)
+        return out
+'''
+
+
+def test_a_kernel_writing_the_done_flag_early_does_not_shorten_the_window():
+    """The flag sits next to the inputs, so a kernel can write it; the judge waits for a nonce it cannot
+    guess (session/gpu_signal.py), so the window still ends at the worker's own write, after the work."""
+    ev = Evaluator(EvalConfig(backend="cuda", shape="full", timed_runs=5, timeout_s=600, verdict_cache_size=0,
+                              static_checks=False))
+    honest = ev.evaluate("19_ReLU", solution_source("19_ReLU"))
+    early = ev.evaluate("19_ReLU", EARLY_FLAG_RELU)
+    assert honest.status == "ok", honest.feedback
+    assert early.status == "ok", early.feedback  # an honest ReLU otherwise: judged as one
+    assert early.runtime_ms >= 0.95 * honest.runtime_ms, (early.runtime_ms, honest.runtime_ms)
+
+
 def test_full_shape_softmax_control_is_correct_and_timed():
     ev = Evaluator(EvalConfig(backend="cuda", shape="full", timed_runs=5, timeout_s=600))
     v = ev.evaluate("23_Softmax", solution_source("23_Softmax"))

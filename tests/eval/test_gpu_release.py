@@ -52,7 +52,7 @@ def test_a_call_past_its_limit_is_released_by_the_judge_and_abandoned(monkeypatc
     with pytest.raises(GpuWorkAbandoned) as info:
         _clock().settle(tail, time.monotonic() + 0.2)
     assert isinstance(info.value.cause, GpuStalled)
-    assert calls == [(512, 3)]  # the call's own number: exactly what its worker would have written
+    assert calls == [(512, 3)]  # the call's own done value: exactly what its worker would have written
 
 
 def test_a_worker_that_reports_a_gpu_fault_ends_the_wait_at_once(monkeypatch):
@@ -88,6 +88,15 @@ def test_a_finished_call_needs_no_release(monkeypatch):
     tail.released = True
     monkeypatch.setattr(gpu_signal, "release", lambda flag, value: pytest.fail("released a finished call"))
     _clock().settle(tail, time.monotonic() + 1)
+
+
+def test_done_values_are_fresh_nonzero_nonces_not_a_count():
+    # The submission's kernels can write the flag (it sits next to the inputs): only a value they cannot
+    # guess keeps an early write from ending the judge's window (gpu_signal.py).
+    values = [gpu_signal.next_value() for _ in range(200)]
+    assert all(0 < v < (1 << 31) for v in values)
+    assert len(set(values)) == len(values)
+    assert values != sorted(values)  # not a counter
 
 
 def test_the_release_helper_reports_why_it_could_not_write():

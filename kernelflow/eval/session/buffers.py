@@ -43,7 +43,7 @@ class SharedInputs:
             tensors = [((1,), torch.int32)] + [(tuple(s), self.dtype) for ss in self.shape_sets for s in ss]
             self.arena = self.arenas.acquire(bytes_needed(tensors))
             self.flag = self.arena.carve((1,), torch.int32)  # first, so every later carve keeps its place
-            self.flag.zero_()  # a reused arena holds an earlier session's values: the clock waits for >= 1
+            self.flag.zero_()  # a reused arena holds an earlier session's values; a done value is never 0
 
     def signal_flag(self) -> torch.Tensor:
         """The int32 the worker writes when a call's work is queued (gated_clock.py), zeroed."""

@@ -6,7 +6,7 @@ its process (issue #17 measured a LogSoftmax that patched the worker's timing fu
 
     flush L2 | spin ~2 ms | copy the call's fresh inputs in | START | record GATE
     worker:                   wait GATE | forward's launches | (host checks, export) | write FLAG = n | reply
-    judge, at the reply:      wait FLAG >= n | END | copy the output
+    judge, at the reply:      wait FLAG == n | END | copy the output
 
 `START -> END` is GPU time as the judge's context sees it: the worker's work cannot start before the
 gate opens (its inputs only exist from just before START: earlier work computes on the previous
@@ -19,7 +19,7 @@ The spin lets the host path (the worker's launches and checks, its reply, the ju
 while the GPU is still busy; so the worker does all its host work before FLAG, replies right after
 it and queues no GPU work of its own after FLAG (a kernel there would compete with END for the GPU),
 and the judge draws the inputs before `open` (drawing them synchronises its host: torch.unique).
-FLAG is an int32 in the session's arena and n the call's number (gpu_signal.py): unlike an
+FLAG is an int32 in the session's arena and n a random nonce of the call (gpu_signal.py): unlike an
 inter-process DONE event, which never completes once its recorder faults or dies (measured on the
 H200), the judge can write the value itself when the worker's work will never finish, so a faulting
 or never-ending kernel costs its own verdict and nothing else (`settle`).
@@ -134,7 +134,7 @@ class GatedClock:
         self.flag = flag
         with torch.cuda.device(device):  # the driver calls need this device's context current
             self.shared_flag = gpu_signal.share(flag.data_ptr(), device.index or 0)  # now, while all is healthy
-        self.seq = 0  # the current call's number: the value the worker writes into the flag
+        self.seq = 0  # the current call's done value (a random nonce, gpu_signal.next_value): the worker writes it
         self.flush = torch.empty(l2_flush_mb << 20, dtype=torch.uint8, device=device)
         self.base_spin = self.spin = spin_cycles
         self.late_calls = 0
@@ -158,7 +158,7 @@ class GatedClock:
             self.start = torch.cuda.Event(enable_timing=True)
             self.start.record()
             self.gate.record()
-            self.seq += 1
+            self.seq = gpu_signal.next_value()
 
     def stop(self) -> None:
         """Queue END behind the worker's flag write; anything queued after this follows the timed window."""

@@ -5,7 +5,7 @@ docs/evaluator.md "Session 10"), a stream that waits on an inter-process event w
 made by a worker that then faulted (an illegal address) or was killed never resumes: not when the
 worker dies, not ever. The judge's stream, and everything that synchronises its context, then hung
 for good (session 9's CUDA corpus stalled so). A stream that waits for a value in memory
-(`cuStreamWaitValue32`, greater-or-equal) resumes as soon as anyone writes the value: the worker,
+(`cuStreamWaitValue32`, equal) resumes as soon as anyone writes the value: the worker,
 right after forward's launches, in the normal case; the judge, when the worker's work will never
 finish (it reported a GPU fault, it died, or the call's limit passed). The same probe read the same
 windows with either wait (empty call 0.287 / 0.285 ms; 1 ms of work 1.289 / 1.287 ms).
@@ -15,10 +15,15 @@ ctypes and no torch import (well under a second): while the judge's stream is bl
 the judge's own process may block too (lazy module loading synchronises the context; the probe's
 in-process releases hung).
 
-The flag lives in the session's own IPC arena (ipc_arena.py): only its worker can write it, so a
-submission cannot end another verdict's window. What a submission can do with its own flag (write
-it early) ends its own window early: the judge's output copy then sees unfinished work (wrong
-values) or a window shorter than an empty call (`gate_respected`), as with the event before.
+The flag lives in the session's own IPC arena (ipc_arena.py), next to the inputs: the submission's
+kernels can write it (pointer arithmetic from an input needs no Python), so the value is a fresh
+random nonce per call (`next_value`) that only the worker's own code learns (in the call message), and
+the wait is for equality. A kernel that writes the flag early writes a wrong value and ends nothing:
+the window still ends at the worker's own write, after forward's work. Had the value been guessable
+(the call's number, or any value for a greater-or-equal wait), an early write would have ended the
+judge's window while forward's kernel still ran; with time-sliced contexts the judge's copy can lag
+behind that kernel and read a complete output, so the shorter time would have been believed. Only
+this session's worker maps the arena, so no submission can touch another verdict's flag.
 
 Not covered: GPUs or drivers without stream memory operations (`cuStreamWaitValue32` returns an
 error, which the judge raises at the first call: this evaluator then cannot time on that device).
@@ -27,11 +32,12 @@ error, which the judge raises at the first call: this evaluator then cannot time
 from __future__ import annotations
 
 import ctypes
+import secrets
 import subprocess
 import sys
 from dataclasses import dataclass
 
-_WAIT_GEQ = 0x0  # CU_STREAM_WAIT_VALUE_GEQ: (int32_t)(*addr - value) >= 0
+_WAIT_EQ = 0x1  # CU_STREAM_WAIT_VALUE_EQ: *addr == value
 _LAZY_PEER_ACCESS = 0x1  # CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
 RELEASE_TIMEOUT_S = 30.0
 
@@ -58,10 +64,15 @@ def _check(rc: int, what: str) -> None:
         raise RuntimeError(f"{what} failed with CUresult {rc}")
 
 
+def next_value() -> int:
+    """A call's done value: random, never 0 (a fresh flag's value), fits an int32 (see the module docstring)."""
+    return secrets.randbelow((1 << 31) - 1) + 1
+
+
 def wait_value(stream_handle: int, address: int, value: int) -> None:
-    """Queue on `stream_handle` a wait until the int32 at device `address` is >= `value` (no kernel)."""
+    """Queue on `stream_handle` a wait until the int32 at device `address` equals `value` (no kernel)."""
     fn = _fn("cuStreamWaitValue32_v2", [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint])
-    _check(fn(ctypes.c_void_p(stream_handle), address, value, _WAIT_GEQ), "cuStreamWaitValue32")
+    _check(fn(ctypes.c_void_p(stream_handle), address, value, _WAIT_EQ), "cuStreamWaitValue32")
 
 
 @dataclass(frozen=True)
