@@ -2,8 +2,8 @@
 
 Why: measured on the H200 (2026-12-01, docs/eval_speed.md "Session 10"), four to ten full-shape
 verdicts judged at once failed with `evaluator_error` and `runtime_error` although every submission was
-honest: a full-shape ReLU verdict holds ~40 GB of device memory between the judge and its worker, so
-four of them, the idle pre-warmed workers and the eager baseline do not fit in 139 GiB. More
+honest: a full-shape ReLU verdict is estimated below at ~53 GB of device memory between the judge, its
+worker and the eager baseline, so four of them and the idle pre-warmed workers do not fit in 139 GiB. More
 concurrent verdicts than fit must wait for memory, not fail: a verdict's status must never depend on
 what else was judged beside it.
 

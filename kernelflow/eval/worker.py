@@ -309,12 +309,12 @@ class Worker:
         if self.cuda:
             self._settle()
         self.pending_hooks = self._hooks_removed()  # none may run until the next call: reported with it
-        # No GPU work of ours follows DONE: it would compete with the judge's END for the GPU (contexts are
+        # No GPU work of ours follows the flag: it would compete with the judge's END for the GPU (contexts are
         # time-sliced) and lengthen the window. A never-written output is still caught: every call's
         # inputs are fresh (plan.py), so a stale block holds another call's results and fails the check.
 
     def _signal(self) -> bool:
-        """Write this call's number into the judge's flag behind forward's work; False if CUDA refused."""
+        """Write this call's done value into the judge's flag behind forward's work; False if CUDA refused."""
         try:
             self.flag.fill_(self.seq)
             return True

@@ -126,6 +126,13 @@ def test_check_quiet_raises_for_the_workers_gpu_fault_and_its_death_and_nothing_
         link.check_quiet()
 
 
+def test_check_quiet_bounds_a_frame_like_recv_does():
+    link, worker = _link_with_pipe()
+    worker.send_bytes(b"x" * (protocol.MAX_FRAME + 1))  # the submission's fault, never the judge's OSError
+    with pytest.raises(protocol.ProtocolViolation, match="a frame over"):
+        link.check_quiet()
+
+
 def test_a_gpu_fault_after_the_reply_is_the_submissions_runtime_error(monkeypatch):
     session = JudgeSession(get_task("19_ReLU"), solution_source("19_ReLU"), EvalConfig(backend="interpret"),
                            "interpret", __import__("torch").device("cpu"), [0])

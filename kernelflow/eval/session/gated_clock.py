@@ -186,7 +186,7 @@ class GatedClock:
             except GpuStalled:
                 why = f"the judge's stream did not resume within {RESUME_WAIT_S:.0f} s of writing the flag"
         if why is not None:
-            raise GpuStalled(f"the call's GPU work ({cause or type(cause).__name__}; {why})") from cause
+            raise GpuStalled(f"the call's GPU work ({why})") from cause
         raise GpuWorkAbandoned(cause) from cause
 
     def elapsed_ms(self, adapt: bool = True) -> float:

@@ -135,17 +135,21 @@ class WorkerLink:
             self._remaining()  # raises the right kind of timeout
             raise TimeoutError
 
-    def recv(self, *wanted: type):
-        """The worker's next message, decoded and of one of the `wanted` types (ProtocolViolation if not)."""
-        self._poll()
+    def _read(self):
+        """One control frame, decoded (ProtocolViolation for one over MAX_FRAME; EOFError once the worker is gone)."""
         try:
             data = self.handle.conn.recv_bytes(protocol.MAX_FRAME)
         except OSError as exc:  # multiprocessing raises OSError for a frame over the limit
             if "bad message length" in str(exc):
                 raise protocol.ProtocolViolation(f"a frame over {protocol.MAX_FRAME} bytes") from None
             raise
+        return protocol.decode(data)
+
+    def recv(self, *wanted: type):
+        """The worker's next message, decoded and of one of the `wanted` types (ProtocolViolation if not)."""
+        self._poll()
+        msg = self._read()
         self.busy = False
-        msg = protocol.decode(data)
         return protocol.expect(msg, *wanted) if wanted else msg
 
     def check_quiet(self) -> None:
@@ -155,9 +159,7 @@ class WorkerLink:
         (no other message is due before the judge's next request)."""
         if not self.handle.conn.poll(0):
             return
-        data = self.handle.conn.recv_bytes(protocol.MAX_FRAME)  # EOFError once the worker is dead
-        fault = protocol.expect(protocol.decode(data), protocol.GpuFault)
-        raise WorkerGpuFault(fault.error)
+        raise WorkerGpuFault(protocol.expect(self._read(), protocol.GpuFault).error)
 
     def recv_raw(self, expected: int) -> bytes:
         """One raw frame of exactly `expected` bytes (the CPU output and inputs after a call)."""
