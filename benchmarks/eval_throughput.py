@@ -186,7 +186,10 @@ def fan_out(batch, clients: int, judge_one, tag: str, deadline: float | None = N
             lat.append(dt)
             statuses.append(status)
             splits.append(split)
-            rows.append({"label": label, "status": status, "latency_s": dt, **extra})
+            row = {"label": label, "status": status, "latency_s": dt, **extra}
+            if split:  # where this verdict's time went: an outlier says why (memory wait in queue_s, a worker...)
+                row["wall_time"] = {k: round(v, 3) for k, v in split.items() if isinstance(v, float)}
+            rows.append(row)
             log(f"  {tag} {label:<24} {status:<16} {dt:6.2f} s  ({len(lat)}/{len(batch)})")
 
     t0 = time.monotonic()

@@ -26,7 +26,13 @@ behind that kernel and read a complete output, so the shorter time would have be
 this session's worker maps the arena, so no submission can touch another verdict's flag.
 
 Not covered: GPUs or drivers without stream memory operations (`cuStreamWaitValue32` returns an
-error, which the judge raises at the first call: this evaluator then cannot time on that device).
+error, which the judge raises at the first call: this evaluator then cannot time on that device). And
+the nonce is a secret of the worker's Python: it is in the worker's memory while forward runs (the
+worker needs it right after). Code that could read the worker's Python objects (frames, `gc`, the
+link's buffers) could learn it and have a kernel write it early. That is the same reach as replacing
+the worker's own functions, which the static checks and the runtime checks keep out
+(static_escapes.py, runtime_controls.py); the nonce only closes the route that needs no Python, pointer
+arithmetic from a kernel.
 """
 
 from __future__ import annotations
