@@ -2,8 +2,8 @@
 
     python benchmarks/eval_throughput.py --backend interpret --shape small --pool-sizes 1 2 --out results/
     python benchmarks/eval_throughput.py --backend cuda --shape full --pool-sizes 1 2 4 --out results/  # GPU host
-    # issue #19's P sweep with conf/eval/gpu.yaml as is (prewarm on, one warm evaluator, a budget):
-    python benchmarks/eval_throughput.py --defaults --pool-sizes 1 2 4 8 --prewarm on --evaluator shared \
+    # issue #19's P sweep with conf/eval/gpu.yaml as eval=gpu gives it (prewarm auto, one warm evaluator, a budget):
+    python benchmarks/eval_throughput.py --defaults --pool-sizes 1 2 4 8 --evaluator shared \
         --skip-hang --no-env-server --skip-cache --single-prewarm on --budget-s 250 --out results/
 
 The mixed batch: the ten honest controls (tests/fixtures/solutions) plus failing submissions (a Triton
@@ -111,13 +111,16 @@ def load_eval_config(name: str = "gpu", overrides: dict | None = None) -> tuple[
 
     Hydra is not needed (a GPU host that serves the environment has no flows stack): the file is one flat
     mapping of EvalConfig's fields (plus `reward`). Keys EvalConfig does not know are dropped and returned,
-    so a key added to the file before the dataclass learns it does not stop a benchmark.
+    so a key added to the file before the dataclass learns it does not stop a benchmark. The keys the file
+    leaves out take the served defaults (`EvalConfig.served`: prewarm_workers "auto"), as `eval=<name>`
+    and `kernelflow serve` give them: with the bare field defaults, `--prewarm config` measured a pool of
+    0 workers on the H200 (session 11, docs/eval_speed.md), not what a user of the defaults gets.
     """
     data = yaml.safe_load((ROOT / "conf" / "eval" / f"{name}.yaml").read_text()) or {}
     data.update(overrides or {})
     known = {f.name for f in fields(EvalConfig)}
     dropped = sorted(set(data) - known)
-    return EvalConfig(**{k: v for k, v in data.items() if k in known}), dropped
+    return EvalConfig.served(**{k: v for k, v in data.items() if k in known}), dropped
 
 
 def parse_sets(items: list[str]) -> dict:
@@ -664,7 +667,8 @@ def main() -> int:
                         kf = judge_batch(ev, batch, pool, tag, deadline)
                         note_calibration(ev)
                         result["runs"].append({"judge": "kernelflow", "pool": pool, "prewarm": label,
-                                               "prewarm_workers": ev.config.prewarm_workers,
+                                               # the pool's real size ("auto" resolved when the evaluator started)
+                                               "prewarm_workers": pool_of(ev).size if pool_of(ev) else 0,
                                                "max_workers": ev.config.max_workers, "gpu_lock": lock_mode,
                                                "summary": kf})
                         save()

@@ -60,10 +60,11 @@ for step in "${steps[@]}"; do
     isolation)
       timeout "${ISOLATION_LIMIT:-120}" $py benchmarks/isolation_cost.py --backend cuda --shape small --repeats "${ISOLATION_REPEATS:-3}" --modes "${ISOLATION_MODES:-fresh,pooled}" --out "$out/i" >"$out/isolation.log" 2>&1
       echo "isolation rc=$?"; cp "$out/i/"*.json "$out/" 2>/dev/null; tail -12 "$out/isolation.log" ;;
-    throughput)  # issue #19: P sweep 1 2 4 8 with conf/eval/gpu.yaml as is, prewarm on, one warm evaluator; the
-      # baseline at the same P while the budget lasts (BASELINE_POOLS in priority order), then the single warm verdict
+    throughput)  # issue #19: P sweep with conf/eval/gpu.yaml as eval=gpu gives it (prewarm_workers auto), one warm
+      # evaluator; the baseline at the same P while the budget lasts (BASELINE_POOLS in priority order), then the
+      # single warm verdict. Headline (session 11): POOLS=2 BASELINE_POOLS=2, ~150 s.
       timeout "${THROUGHPUT_LIMIT:-270}" $py benchmarks/eval_throughput.py --defaults --pool-sizes ${POOLS:-1 2 4 8} \
-        --prewarm on --gpu-lock shared_checks --evaluator shared --single-prewarm on --single-repeats 3 --skip-hang \
+        --prewarm config --gpu-lock shared_checks --evaluator shared --single-prewarm on --single-repeats 3 --skip-hang \
         --no-env-server --skip-cache --baseline-pools ${BASELINE_POOLS:-2 4 8 1} --budget-s "${THROUGHPUT_BUDGET:-250}" \
         ${THROUGHPUT_ARGS:-} --out "$out/tp" >"$out/throughput.log" 2>&1
       echo "throughput rc=$?"; cp "$out/tp/eval_throughput.json" "$out/tp/eval_throughput.md" "$out/" 2>/dev/null

@@ -26,6 +26,8 @@ def test_gpu_yaml_loads_as_is_and_takes_overrides():
     config, dropped = load_eval_config("gpu")
     assert (config.backend, config.shape, config.gpu_lock, config.timed_runs) == ("cuda", "full", "shared_checks", 20)
     assert dropped == []
+    # what eval=gpu and `kernelflow serve` give for a key the file leaves out (not the bare field default 0)
+    assert config.prewarm_workers == "auto"
     config, _ = load_eval_config("gpu", parse_sets(["backend=interpret", "compile_baseline=false"]))
     assert config.backend == "interpret" and config.compile_baseline is False
 
