@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The GPU host runbook: install the offline bundle into a clean folder, then run named steps, each under
+# its own time limit (default 540 s, so one step fits a 10-minute call). From the checkout, on the host:
+#
+#   bash scripts/gpu_session.sh OUT STEP [ARG] [STEP [ARG] ...]
+#
+#   gpu-tests        pytest -m gpu over tests/eval and tests/tasks (GPU_TESTS picks files or -k expressions)
+#   controls         the ten honest controls at full shape, 2 repeats of ReLU: runtime, t_min, reward
+#   smoke            the main job on the GPU: python -m flows.experiment eval=gpu (report + MLflow run)
+#   learnability N   one seed N of the learnability check (eval=gpu), into OUT/learnability; run it for
+#                    seeds 1, 2 and 3 (one per call if needed), then `compare` below sums them up
+#   compare          flows.compare + the learnability summary over every seed in OUT/learnability
+#   pilot-shaped     experiment=pilot with model=random_7b (the pilot's 7B shape, random weights) on one
+#                    GPU (eval.device_index=0), one epoch (4 updates); PILOT_OVERRIDES adds Hydra overrides
+#   throughput       the evaluator against a KernelBench-style judge at P = 2 with the default settings
+#
+# The bundle: BUNDLE (default .whl/), the wheels scripts/build_wheelhouse.py --host-freeze made for this
+# host (docs/offline_bundle.md). It goes into SITE (default /tmp/kf-site), which is emptied first: a warm
+# host keeps old installs, and `pip install --target` over a folder does not remove what a new wheel
+# replaces. GPU_SESSION_DRY_RUN=1 prints every command instead of running it (what CI checks).
+# Each step writes OUT/<step>.log and its results under OUT/<step>/; a step that overruns its limit
+# stops with rc 124 and the next step still runs.
+set -uo pipefail
+out="${1:?usage: bash scripts/gpu_session.sh OUT STEP [ARG] ... (steps: see the header of this file)}"
+shift
+[ $# -gt 0 ] || { echo "gpu_session.sh: no step given; steps: gpu-tests controls smoke learnability N compare pilot-shaped throughput" >&2; exit 2; }
+dry="${GPU_SESSION_DRY_RUN:-0}"
+limit="${STEP_LIMIT:-540}"
+bundle="${BUNDLE:-.whl}"
+site="${SITE:-/tmp/kf-site}"
+py="${PYTHON:-python3}"
+
+run() {  # run NAME CMD...: the command under the step limit, its output in OUT/NAME.log
+  local name="$1"; shift
+  if [ "$dry" = 1 ]; then echo "[dry-run] $name: $*"; return 0; fi
+  local t0; t0=$(date +%s)
+  timeout "$limit" "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  echo "== $name rc=$rc in $(( $(date +%s) - t0 )) s (log: $out/$name.log)"
+  tail -"${TAIL_LINES:-12}" "$out/$name.log"
+  return 0
+}
+
+# Validate every step before anything runs, so a typo does not surface after a 9-minute step.
+args=("$@")
+i=0
+while [ $i -lt ${#args[@]} ]; do
+  case "${args[$i]}" in
+    gpu-tests|controls|smoke|compare|pilot-shaped|throughput) ;;
+    learnability)
+      i=$((i + 1))
+      [[ "${args[$i]:-}" =~ ^[0-9]+$ ]] || { echo "gpu_session.sh: learnability needs a seed number, e.g. 'learnability 1'" >&2; exit 2; } ;;
+    *) echo "gpu_session.sh: unknown step '${args[$i]}'; steps: gpu-tests controls smoke learnability N compare pilot-shaped throughput" >&2; exit 2 ;;
+  esac
+  i=$((i + 1))
+done
+
+mkdir -p "$out"
+if [ "$dry" = 1 ]; then
+  echo "[dry-run] install: rm -rf $site; pip install --no-index --no-deps --target $site $bundle/*.whl"
+else
+  compgen -G "$bundle/*.whl" >/dev/null || { echo "gpu_session.sh: no wheels in $bundle/ (build them with scripts/build_wheelhouse.py --host-freeze; see docs/offline_bundle.md)" >&2; exit 2; }
+  rm -rf "$site"
+  "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" "$bundle"/*.whl || exit 1
+fi
+export PYTHONPATH="$PWD:$site" KERNELFLOW_CACHE_DIR="${KERNELFLOW_CACHE_DIR:-/tmp/kfc}" HF_HUB_OFFLINE=1 \
+  TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1 PREFECT_SERVER_ANALYTICS_ENABLED=false
+mkdir -p "$KERNELFLOW_CACHE_DIR"
+if [ "$dry" != 1 ]; then
+  "$py" -c "import torch, triton, kernelflow, flows; print('host:', torch.cuda.get_device_name(0), '| torch', torch.__version__, '| triton', triton.__version__)" \
+    || { echo "gpu_session.sh: the bundle does not import on this host (see above)" >&2; exit 1; }
+fi
+
+set -- "${args[@]}"
+while [ $# -gt 0 ]; do
+  step="$1"; shift
+  case "$step" in
+    gpu-tests)
+      set -f  # node ids hold [brackets]
+      # shellcheck disable=SC2086
+      run gpu-tests "$py" -m pytest -m gpu ${GPU_TESTS:-tests/eval tests/tasks} -n "${GPU_TESTS_WORKERS:-8}" -v \
+        -p no:cacheprovider -o faulthandler_timeout=120 --timeout 300
+      set +f ;;
+    controls)
+      run controls "$py" benchmarks/controls.py --shape full --repeats 2 --out "$out/controls" ;;
+    smoke)
+      run smoke "$py" -m flows.experiment eval=gpu tracking.runs_root="$out/smoke" tracking.experiment=smoke-gpu ;;
+    learnability)
+      seed="$1"; shift
+      run "learnability-seed$seed" env SEEDS="$seed" PYTHON="$py" bash benchmarks/learnability.sh "$out/learnability" ;;
+    compare)
+      run compare "$py" -m flows.compare --experiment learnability-gpu --runs-root "$out/learnability/runs" \
+        --out "$out/learnability/compare" --no-prefect
+      run compare-summary "$py" benchmarks/learnability_summary.py "$out/learnability/runs" \
+        --out "$out/learnability/summary.md" ;;
+    pilot-shaped)
+      # shellcheck disable=SC2086
+      run pilot-shaped "$py" -m flows.experiment experiment=pilot model=random_7b eval.device_index=0 \
+        trainer.epochs=1 tracking.runs_root="$out/pilot-shaped" tracking.experiment=pilot-shaped ${PILOT_OVERRIDES:-} ;;
+    throughput)
+      run throughput "$py" benchmarks/eval_throughput.py --defaults --pool-sizes 2 --baseline-pools 2 --evaluator shared \
+        --single-prewarm on --single-repeats 3 --skip-hang --no-env-server --skip-cache --out "$out/throughput" ;;
+  esac
+done

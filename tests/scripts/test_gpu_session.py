@@ -1,0 +1,49 @@
+"""scripts/gpu_session.sh, the GPU host runbook, checked without a GPU through its dry run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "gpu_session.sh"
+
+
+def session(tmp_path: Path, *steps: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GPU_SESSION_DRY_RUN": "1", "SITE": str(tmp_path / "site")}
+    return subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out"), *steps], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_every_step_prints_its_command_after_a_clean_install(tmp_path):
+    r = session(tmp_path, "smoke", "learnability", "2", "compare", "pilot-shaped", "throughput", "gpu-tests", "controls")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("[dry-run] install: rm -rf " + str(tmp_path / "site"))  # a warm host's old installs go
+    by_step = {line.split(":", 1)[0].removeprefix("[dry-run] "): line for line in lines}
+    assert "flows.experiment eval=gpu" in by_step["smoke"]
+    assert "SEEDS=2" in by_step["learnability-seed2"] and "learnability.sh" in by_step["learnability-seed2"]
+    assert "experiment=pilot model=random_7b eval.device_index=0" in by_step["pilot-shaped"]
+    assert "--pool-sizes 2 --baseline-pools 2" in by_step["throughput"]
+    assert "-m gpu" in by_step["gpu-tests"] and "controls.py --shape full" in by_step["controls"]
+    assert list(by_step)[1:] == ["smoke", "learnability-seed2", "compare", "compare-summary", "pilot-shaped",
+                                 "throughput", "gpu-tests", "controls"]  # in the order asked
+
+
+def test_a_bad_step_is_refused_before_anything_runs(tmp_path):
+    r = session(tmp_path, "smoke", "smok")
+    assert r.returncode == 2
+    assert "unknown step 'smok'" in r.stderr and "[dry-run]" not in r.stdout
+    r = session(tmp_path, "learnability", "smoke")
+    assert r.returncode == 2 and "learnability needs a seed number" in r.stderr
+    r = session(tmp_path)
+    assert r.returncode == 2 and "no step given" in r.stderr
+
+
+def test_missing_wheels_name_the_folder_and_the_fix(tmp_path):
+    env = {**os.environ, "BUNDLE": str(tmp_path / "empty"), "SITE": str(tmp_path / "site")}
+    r = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out"), "smoke"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert "no wheels in" in r.stderr and "build_wheelhouse.py --host-freeze" in r.stderr
