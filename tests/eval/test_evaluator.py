@@ -133,7 +133,7 @@ def test_cli_eval_json_prints_one_verdict_and_exits_zero_for_incorrect(tmp_path,
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["eval", "99_Nope", "x.py"], "unknown task id"),
+        (["eval", "99_Nope", "x.py"], "unknown task '99_Nope'"),
         (["eval", "19_ReLU", "/nonexistent/kernel.py"], "cannot read submission file"),
         (["eval", "19_ReLU", "__FILE__", "--seeds", "0"], "seeds=0"),
     ],
