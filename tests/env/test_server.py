@@ -338,12 +338,14 @@ SMOKE = Path(__file__).resolve().parents[2] / "examples" / "client_smoke.py"
 
 def test_client_smoke_example_passes_against_a_live_server(server, tmp_path):
     result = subprocess.run(
-        [sys.executable, str(SMOKE), "--url", server.url, "--shape", "small", "--min-reward", "0.3"],
+        [sys.executable, str(SMOKE), "--url", server.url, "--shape", "small", "--min-reward", "0.3",
+         "--out", str(tmp_path / "out")],
         cwd=tmp_path, capture_output=True, text=True, timeout=240,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "client_smoke: PASS" in result.stdout
-    assert "class Model" in (tmp_path / "task_prompt.txt").read_text()
+    assert "class Model" in (tmp_path / "out" / "task_prompt.txt").read_text()
+    assert not (tmp_path / "task_prompt.txt").exists()  # never the current directory
 
 
 def test_client_smoke_example_reports_an_unreachable_server(tmp_path):
