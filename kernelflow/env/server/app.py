@@ -198,7 +198,8 @@ def _frame_problem(message: dict) -> tuple[str, str] | None:
         return ("INVALID_JSON",
                 f"a message must be a JSON object such as {{\"type\": \"step\", \"data\": {{...}}}}, not {type(value).__name__}")
     if "type" not in value:
-        return ("VALIDATION_ERROR", f"the message has no 'type' field (keys: {[str(k)[:40] for k in sorted(value)[:10]]}); give one of "
+        keys = [str(k)[:40] for k in sorted(value)[:10]]  # bounded: the frame is hostile input
+        return ("VALIDATION_ERROR", f"the message has no 'type' field (keys: {keys}); give one of "
                 f"{', '.join(MESSAGE_TYPES)}, e.g. {{\"type\": \"reset\", \"data\": {{\"task_id\": \"19_ReLU\"}}}}")
     return None
 

@@ -27,10 +27,10 @@ import time
 import uuid
 from typing import Any, Protocol
 
-from pydantic import ValidationError
-from pydantic_core import PydanticCustomError
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import EnvironmentMetadata
+from pydantic import ValidationError
+from pydantic_core import PydanticCustomError
 
 from kernelflow.env.config import EnvServerConfig
 from kernelflow.env.models import KernelAction, KernelObservation, KernelState
