@@ -12,8 +12,9 @@ Bad input raises `EnvInputError`, a pydantic `ValidationError` whose one error n
 says what to send instead: OpenEnv's server answers pydantic validation errors with a
 `VALIDATION_ERROR` frame (its code for invalid input; any other exception becomes
 `EXECUTION_ERROR`, which here means a fault of ours) and keeps the session usable (the episode is
-unchanged). Each episode start, each verdict (task, status, reward, seconds) and each episode end is
-one info-level line on the `kernelflow.env.server.environment` logger. An evaluation runs to completion even when
+unchanged). Each episode start, each verdict (task, status, reward, seconds) and each episode end
+(its last turn, or abandoned by a new reset or the session's end) is one info-level line on the
+`kernelflow.env.server.environment` logger. An evaluation runs to completion even when
 its client has gone: the evaluator bounds it by its own timeout, so its worker slot always returns.
 
 This module does not serve anything (see `app.py`) and does not judge code (the evaluator does).
@@ -134,6 +135,7 @@ class KernelEnvironment(Environment[KernelAction, KernelObservation, KernelState
 
         task = get_task(task_id)
         self._reset_rubric()
+        self._log_abandoned("a new reset")
         with self._lock:
             self._state = KernelState(
                 episode_id=episode_id or uuid.uuid4().hex,
@@ -243,11 +245,21 @@ class KernelEnvironment(Environment[KernelAction, KernelObservation, KernelState
 
     def close(self) -> None:
         """End this session; the shared evaluator stays open (the server closes it on shutdown)."""
+        if not self._closed:
+            self._log_abandoned("the session's end")
         self._closed = True
         if self._owns_evaluator:
             self._evaluator.close()
 
     # -- helpers -----------------------------------------------------------------------------------
+
+    def _log_abandoned(self, cause: str) -> None:
+        """The episode-end line for an episode left unfinished (a finished one was logged by its last step)."""
+        with self._lock:
+            state, started = self._state, self._started
+        if started and not state.done:
+            log.info("episode end: task %s abandoned after %d of %d turns by %s, episode %s", state.task_id,
+                     state.turn, state.max_turns, cause, state.episode_id)
 
     def _check_open(self) -> None:
         if self._closed:
