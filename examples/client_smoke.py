@@ -4,7 +4,8 @@
     python examples/client_smoke.py --url http://127.0.0.1:8000 [--shape full] [--min-reward 2.7]
 
 It prints the server's settings, resets an episode of 19_ReLU, writes the prompt the model would see
-to task_prompt.txt, submits the ReLU below (masked, int64 offsets, so it is right at every shape),
+to task_prompt.txt in the --out directory (default: a new temporary directory, never the current
+one) and prints that path, submits the ReLU below (masked, int64 offsets, so it is right at every shape),
 prints the verdict, and exits 0 only if the verdict is correct (and, with --min-reward, earns at
 least that reward; on an H200 with --shape full it should earn more than 2.7). Exit codes: 0 pass,
 1 the verdict failed, 2 the server could not be used. The token, if the server needs one, comes
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 from kernelflow.env.client import EnvServerError, EnvUnavailableError, KernelEnvSession, fetch_server_info
@@ -52,13 +54,23 @@ class ModelNew(nn.Module):
 ```'''
 
 
+def output_dir(out: str | None) -> Path:
+    """Where the prompt goes: `out` (created if missing), else a fresh temporary directory, never the cwd."""
+    if out is None:
+        return Path(tempfile.mkdtemp(prefix="kernelflow_client_smoke_"))
+    path = Path(out)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--url", default="http://127.0.0.1:8000", help="the server's base URL")
     parser.add_argument("--shape", choices=["small", "full"], default=None, help="shape profile (server default)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="the episode's input seed (default: 0)")
     parser.add_argument("--token", default=None, help="access token (default: $KERNELFLOW_ENV_TOKEN)")
-    parser.add_argument("--prompt-file", default="task_prompt.txt", help="where to write the task prompt")
+    parser.add_argument("--out", default=None, metavar="DIR",
+                        help="directory for task_prompt.txt (default: a new temporary directory)")
     parser.add_argument("--min-reward", type=float, default=None, help="also require at least this reward")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the verdict")
     args = parser.parse_args(argv)
@@ -69,8 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"server: {json.dumps({k: info.get(k) for k in keys})}")
         with KernelEnvSession(args.url, token=args.token, message_timeout_s=args.timeout) as session:
             first = session.reset("19_ReLU", seed=args.seed, shape=args.shape)
-            Path(args.prompt_file).write_text(first.prompt or "")
-            print(f"prompt: {len(first.prompt or '')} characters written to {args.prompt_file}")
+            prompt_file = output_dir(args.out) / "task_prompt.txt"
+            prompt_file.write_text(first.prompt or "")
+            print(f"prompt: {len(first.prompt or '')} characters written to {prompt_file}")
             obs = session.step(RELU_ANSWER)
     except (EnvUnavailableError, EnvServerError, TimeoutError) as exc:
         print(f"client_smoke: {exc}", file=sys.stderr)

@@ -1,21 +1,80 @@
-"""The `kernelflow` command line: tasks, prompt, eval, serve.
+"""The `kernelflow` command line: tasks, prompt, eval, serve, rejudge.
 
     kernelflow tasks [--suite families]    list task ids, groups and shapes (pilot by default)
     kernelflow prompt TASK_ID              print the prompt a model sees
     kernelflow eval TASK_ID FILE [...]     judge a submission (see `kernelflow eval -h`)
     kernelflow serve [--host --port]       run the OpenEnv environment server
+    kernelflow rejudge RUN [KEY=VALUE ...] re-judge a run's stored kernels (needs the flows extra)
+    kernelflow --version                   the package and evaluator versions
 
-Usage errors (unknown task id, unreadable file) exit with status 2 and a message on stderr; `eval
---json` prints exactly one verdict on stdout and exits 0 whenever a verdict exists.
+Exit status, for every command (`EXIT_STATUS`): 0 ok; 1 the command ran and failed (e.g. a rejudge
+stage that failed); 2 a usage or input error (unknown option or task id, unreadable file, bad
+config), with a message on stderr. `eval` exits 0 whenever a verdict exists, whatever the verdict
+says, and with `--json` prints exactly one verdict on stdout. An unknown task id is answered with
+the closest known ids (difflib) and a pointer to `kernelflow tasks`, not the whole list.
+
+The Hydra entry point (`python -m flows.experiment`) is not this CLI and is not covered here.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import sys
 
+import kernelflow
 from kernelflow.tasks import GROUPS, TASKS, build_prompt_text, get_task
+
+EXIT_STATUS = """exit status:
+  0  ok (for eval: a verdict exists, whatever its status)
+  1  the command ran and failed (e.g. a rejudge stage failed)
+  2  usage or input error: unknown option or task id, unreadable file, bad config"""
+
+
+def _all_task_ids() -> list[str]:
+    from kernelflow.tasks import FAMILY_TASKS  # the second-tier suite: `get_task` knows its ids too
+
+    return [*TASKS, *FAMILY_TASKS]
+
+
+def unknown_task_message(task_id: str) -> str:
+    """What an unknown id is told: the closest ids (difflib), and where the full list is (not the list)."""
+    known = _all_task_ids()
+    # Ids are "<number>_<Name>": compare the name too, so "ReLU" or "relu" still finds 19_ReLU.
+    by_name = {tid.split("_", 1)[-1].lower(): tid for tid in known}
+    close = difflib.get_close_matches(task_id, known, n=3, cutoff=0.6)
+    close += [by_name[n] for n in difflib.get_close_matches(task_id.lower(), list(by_name), n=3, cutoff=0.6)
+              if by_name[n] not in close]
+    hint = "list the ids with `kernelflow tasks` (and `kernelflow tasks --suite families`)"
+    if not close:
+        return f"unknown task {task_id!r}; {hint}"
+    return f"unknown task {task_id!r}; did you mean {' or '.join(repr(c) for c in close[:3])}? ({hint})"
+
+
+def _known_task(task_id: str) -> bool:
+    """Whether `task_id` names a task; if not, the message is on stderr (the caller exits 2)."""
+    try:
+        get_task(task_id)
+    except KeyError:
+        print(f"kernelflow: {unknown_task_message(task_id)}", file=sys.stderr)
+        return False
+    return True
+
+
+class _VersionAction(argparse.Action):
+    """`--version`: the package and the evaluator version; imports the evaluator (torch) only when asked."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        try:
+            from kernelflow.eval.evaluator import EVALUATOR_VERSION
+        except ImportError as exc:  # an install without the eval extra still answers --version
+            EVALUATOR_VERSION = f"unavailable ({exc.name or exc} not installed)"
+        print(f"kernelflow {kernelflow.__version__} (evaluator {EVALUATOR_VERSION})")  # stdout, as argparse's own
+        parser.exit()
 
 
 def _cmd_tasks(args: argparse.Namespace) -> int:
@@ -53,16 +112,15 @@ def _list_families(args: argparse.Namespace) -> int:
 
 
 def _cmd_prompt(args: argparse.Namespace) -> int:
-    try:
-        task = get_task(args.task_id)
-    except KeyError as exc:
-        print(f"kernelflow: {exc.args[0]}", file=sys.stderr)
+    if not _known_task(args.task_id):
         return 2
-    print(build_prompt_text(task))
+    print(build_prompt_text(get_task(args.task_id)))
     return 0
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
+    if not _known_task(args.task_id):  # before importing torch and the evaluator
+        return 2
     from kernelflow.eval.cli import run_eval
 
     return run_eval(args)
@@ -82,37 +140,48 @@ def _cmd_rejudge(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kernelflow", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="kernelflow", description=__doc__.split("\n")[0], epilog=EXIT_STATUS,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action=_VersionAction, help="print the package and evaluator versions and exit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("tasks", help="list the task suite")
+    def add(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, description=help, epilog=EXIT_STATUS,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    p = add("tasks", "list the task suite")
     p.add_argument("--json", action="store_true", help="print the full metadata as JSON")
     p.add_argument("--suite", choices=("pilot", "families"), default="pilot",
                    help="which suite to list: the pilot's ten tasks (default) or the second-tier families")
     p.set_defaults(func=_cmd_tasks)
 
-    p = sub.add_parser("prompt", help="print the prompt for a task")
-    p.add_argument("task_id")
+    p = add("prompt", "print the prompt for a task")
+    p.add_argument("task_id", help="a task id, e.g. 19_ReLU (see `kernelflow tasks`)")
     p.set_defaults(func=_cmd_prompt)
 
-    p = sub.add_parser("eval", help="judge one submission file")
-    p.add_argument("task_id")
+    p = add("eval", "judge one submission file")
+    p.add_argument("task_id", help="a task id, e.g. 19_ReLU (see `kernelflow tasks`)")
     p.add_argument("file", help="the submission: a Python module or a model answer holding one")
     p.add_argument("--shape", choices=["small", "full"], default=None, help="shape profile (default: small)")
-    p.add_argument("--backend", choices=["auto", "cuda", "interpret"], default="auto")
-    p.add_argument("--seeds", type=int, default=None, help="number of input seeds for correctness")
+    p.add_argument("--backend", choices=["auto", "cuda", "interpret"], default="auto",
+                   help="where kernels run: cuda (GPU, timed), interpret (Triton's CPU interpreter, correctness "
+                        "only), auto: cuda when a GPU is visible, else interpret (default: auto)")
+    p.add_argument("--seeds", type=int, default=None, metavar="N",
+                   help="number of input seeds checked for correctness (default: the evaluator config's)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON verdict on stdout")
     p.add_argument("--prewarm-workers", default=None, metavar="N|auto",
                    help="pre-warmed workers (default: kernelflow/eval/config.py ONE_SHOT_DEFAULTS, 0: one verdict)")
     p.set_defaults(func=_cmd_eval)
 
-    p = sub.add_parser("serve", help="run the OpenEnv environment server")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p = add("serve", "run the OpenEnv environment server")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default: 127.0.0.1; a non-loopback one needs a token: "
+                        "$KERNELFLOW_ENV_TOKEN or \"token\" in --config)")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")
     p.add_argument("--config", default=None, help="a JSON file of server settings (EnvServerConfig fields)")
     p.set_defaults(func=_cmd_serve)
 
-    p = sub.add_parser("rejudge", help="re-judge a run's stored kernels into a new stage of that run")
+    p = add("rejudge", "re-judge a run's stored kernels into a new stage of that run")
     p.add_argument("run", help="a run directory, or its name under --runs-root")
     p.add_argument("overrides", nargs="*", help="KEY=VALUE changes to the run's config, e.g. env.url=http://host:8000")
     p.add_argument("--stages", default=None, help="comma-separated stages to re-judge (default: every stored one)")

@@ -73,7 +73,7 @@ def test_prompt_with_an_unknown_id_exits_2_naming_it(capsys):
     out, err = capsys.readouterr()
     assert out == ""
     assert "99_NoSuchTask" in err
-    assert "19_ReLU" in err  # the message lists the known ids
+    assert "kernelflow tasks" in err  # the message says where the known ids are listed
 
 
 def test_no_command_is_a_usage_error(capsys):
@@ -81,3 +81,64 @@ def test_no_command_is_a_usage_error(capsys):
         main([])
     assert exc.value.code == 2
     assert "usage" in capsys.readouterr().err.lower()
+
+
+# --- the CLI's conventions (issue 22): --version, help on every option, suggestions, exit status -----
+
+
+def test_version_names_the_package_and_the_evaluator(capsys):
+    import kernelflow
+    from kernelflow.eval.evaluator import EVALUATOR_VERSION
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"kernelflow {kernelflow.__version__} (evaluator {EVALUATOR_VERSION})"
+
+
+def _subparsers(parser):
+    import argparse
+
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return action.choices
+
+
+def test_every_option_and_argument_of_every_command_has_help():
+    from kernelflow.cli import build_parser
+
+    parser = build_parser()
+    commands = _subparsers(parser)
+    assert set(commands) == {"tasks", "prompt", "eval", "serve", "rejudge"}
+    missing = [f"{name} {a.option_strings or a.dest}" for name, p in [("kernelflow", parser), *commands.items()]
+               for a in p._actions if not a.help and a.dest != "command"]
+    assert missing == []
+
+
+def test_help_lists_rejudge_and_the_exit_status_convention(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "rejudge" in out.split("positional arguments")[0]  # in the description, not only the command list
+    assert "exit status:" in out and "1  the command ran and failed" in out and "2  usage or input error" in out
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    out = capsys.readouterr().out
+    assert "exit status:" in out and "--backend" in out and "Triton's CPU interpreter" in out
+
+
+@pytest.mark.parametrize("command", [["prompt"], ["eval"]])
+@pytest.mark.parametrize("typo, suggestion", [("19_Relu", "19_ReLU"), ("relu", "19_ReLU"), ("23_Softmx", "23_Softmax")])
+def test_unknown_task_id_suggests_the_closest_and_does_not_list_them_all(command, typo, suggestion, capsys, tmp_path):
+    args = [*command, typo] + ([str(tmp_path / "unused.py")] if command == ["eval"] else [])
+    assert main(args) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert f"unknown task {typo!r}; did you mean" in err and repr(suggestion) in err
+    assert "kernelflow tasks" in err
+    assert "32_HardTanh" not in err and len(err) < 300  # not the whole list of ids
+
+
+def test_unknown_task_id_with_nothing_close_points_to_the_list(capsys):
+    assert main(["prompt", "zzzz"]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean" not in err and "unknown task 'zzzz'" in err and "kernelflow tasks" in err

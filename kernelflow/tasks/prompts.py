@@ -3,8 +3,12 @@
 `build_messages(task)` gives chat messages (system + user) in the project's own words: what to write,
 one worked example that is not one of the tasks (an elementwise add), the reference module, and the
 output contract. `extract_code(answer)` turns a model's answer into submission source: the first
-fenced python block, else the raw text when it parses as Python and defines something; otherwise
-`None`, which the evaluator reports as `no_code`.
+fenced python block, else the raw text when it parses as Python and defines something, or when it
+does not parse but is evidently code (a `class X(`/`def f(`/`import`/`from ... import` statement
+line), so the evaluator reports its syntax error as `compile_error` with line and column instead of
+telling the model to change its format; otherwise `None`, which the evaluator reports as `no_code`.
+"Evidently code" is a line-pattern heuristic: prose that happens to start a line with such a
+statement is judged as (broken) code, and code without any such line stays `no_code`.
 
 This module does not render chat templates (the trainer's tokenizer does) or judge code.
 """
@@ -104,6 +108,17 @@ Write an improved version. Answer with one ```python code block holding the comp
 
 _FENCE_LINE = re.compile(r"^[ \t]*```[ \t]*([\w+.-]*)[ \t]*$", re.MULTILINE)
 _PYTHON_TAGS = ("", "python", "py", "python3")
+# Lines that are Python statements, not English: how an unparsable unfenced answer is told from prose.
+# Keywords are lowercase and followed by Python syntax, which prose starting a sentence almost never is.
+_CODE_LINE = re.compile(
+    r"^[ \t]*(?:"
+    r"class[ \t]+\w+[ \t]*[(:]"
+    r"|(?:async[ \t]+)?def[ \t]+\w+[ \t]*\("
+    r"|import[ \t]+[\w.]+(?:[ \t]+as[ \t]+\w+)?(?:[ \t]*,[ \t]*[\w.]+(?:[ \t]+as[ \t]+\w+)?)*[ \t]*(?:#.*)?$"
+    r"|from[ \t]+[\w.]+[ \t]+import[ \t]+[\w*(]"
+    r")",
+    re.MULTILINE,
+)
 
 
 def _fenced_blocks(text: str) -> list[tuple[str, str]]:
@@ -142,8 +157,9 @@ def extract_code(answer: str) -> str | None:
     """The submission inside a model's answer, or None when the answer holds no code.
 
     The first fenced python block (```python, ```py or a bare ```; other languages are skipped)
-    wins; without a fence, the whole answer
-    counts as code when it parses as Python and defines a class or function.
+    wins; without a fence, the whole answer counts as code when it parses as Python and defines a
+    class or function, or when it does not parse but has a statement line (`_CODE_LINE`): then the
+    evaluator's `parses` check names the syntax error, as it does for the same code fenced.
     """
     if not isinstance(answer, str):
         return None
@@ -159,6 +175,6 @@ def extract_code(answer: str) -> str | None:
     try:
         tree = pysource.parse(text)
     except SyntaxError:
-        return None
+        return text + "\n" if _CODE_LINE.search(text) else None
     defines = any(isinstance(n, (ast.ClassDef, ast.FunctionDef)) for n in ast.walk(tree))
     return text + "\n" if defines else None

@@ -5,6 +5,8 @@ Driven with Starlette's TestClient, whose `client` address decides loopback or n
 
 import argparse
 import json
+import logging
+import re
 
 import pytest
 from fastapi.testclient import TestClient
@@ -112,3 +114,79 @@ def test_module_level_app_is_built_lazily_from_the_environment(tmp_path, monkeyp
         assert info["max_turns"] == 3 and info["backend"] == "interpret"
     finally:
         app_module._module_app.cache_clear()
+
+
+# ---- what the server says: log lines per episode and verdict, error codes (issue 22) ---------------
+
+
+def _errors(ws, frames):
+    replies = []
+    for frame in frames:
+        ws.send_text(frame if isinstance(frame, str) else json.dumps(frame))
+        replies.append(json.loads(ws.receive_text()))
+    assert all(r["type"] == "error" for r in replies), replies
+    return [r["data"] for r in replies]
+
+
+def test_one_info_line_per_episode_start_verdict_and_episode_end(caplog):
+    caplog.set_level(logging.INFO, logger="kernelflow.env.server.environment")
+    with client_for(EnvServerConfig()) as client, client.websocket_connect("/ws") as ws:
+        ws.send_text(json.dumps({"type": "reset", "data": {"task_id": "19_ReLU", "seed": 2}}))
+        ws.receive_text()
+        for code in ("wrong", "HALF"):
+            ws.send_text(json.dumps({"type": "step", "data": {"code": code}}))
+            ws.receive_text()
+    lines = [r for r in caplog.records if r.name == "kernelflow.env.server.environment"]
+    assert all(r.levelno == logging.INFO for r in lines)
+    text = [r.getMessage() for r in lines]
+    assert len(text) == 4, text
+    assert text[0].startswith("episode start: task 19_ReLU, seed 2, shape small, episode ")
+    assert re.fullmatch(r"verdict: task 19_ReLU, turn 1/2, status incorrect, reward 0\.000, \d+\.\d\d s, episode \w+", text[1])
+    assert re.fullmatch(r"verdict: task 19_ReLU, turn 2/2, status ok, reward 1\.650, \d+\.\d\d s, episode \w+", text[2])
+    assert text[3].startswith("episode end: task 19_ReLU after 2 turns, rewards [0.0, 1.65], return 0.660, episode ")
+
+
+def test_a_frame_without_type_names_the_missing_field_and_the_session_goes_on():
+    with client_for(EnvServerConfig()) as client, client.websocket_connect("/ws") as ws:
+        (missing, empty) = _errors(ws, [{"data": {"task_id": "19_ReLU"}}, {}])
+        for data in (missing, empty):
+            assert data["code"] == "VALIDATION_ERROR"
+            assert "no 'type' field" in data["message"] and "reset, step, state, close" in data["message"]
+        assert "'data'" in missing["message"]
+        ws.send_text(json.dumps({"type": "reset", "data": {"task_id": "19_ReLU"}}))
+        assert json.loads(ws.receive_text())["type"] == "observation"
+
+
+def test_input_the_environment_refuses_is_a_validation_error_naming_the_field():
+    with client_for(EnvServerConfig(max_code_chars=100)) as client, client.websocket_connect("/ws") as ws:
+        before_reset, = _errors(ws, [{"type": "step", "data": {"code": "FAST"}}])
+        replies = _errors(ws, [
+            {"type": "reset", "data": {"task_id": "99_Nope"}},
+            {"type": "reset", "data": {"task_id": "19_ReLU", "seed": -1}},
+            {"type": "reset", "data": {"task_id": "19_ReLU", "shape": "huge"}},
+        ])
+        ws.send_text(json.dumps({"type": "reset", "data": {"task_id": "19_ReLU"}}))
+        ws.receive_text()
+        too_long, = _errors(ws, [{"type": "step", "data": {"code": "x" * 101}}])
+    expected = [(before_reset, "type", "step before reset"), (replies[0], "task_id", "unknown task_id '99_Nope'"),
+                (replies[1], "seed", "seed -1 must be an integer"), (replies[2], "shape", "unknown shape 'huge'"),
+                (too_long, "code", "over this server's limit of 100 (max_code_chars)")]
+    for data, field, text in expected:
+        assert data["code"] == "VALIDATION_ERROR", data
+        (error,) = data["errors"]
+        assert error["type"] == "env_input" and error["loc"] == [field] and text in error["msg"], error
+        assert error["input"] is None  # the offending value (maybe a long submission) is not echoed back
+
+
+def test_an_unfinished_episode_is_logged_as_abandoned(caplog):
+    caplog.set_level(logging.INFO, logger="kernelflow.env.server.environment")
+    with client_for(EnvServerConfig()) as client, client.websocket_connect("/ws") as ws:
+        for frame in ({"type": "reset", "data": {"task_id": "19_ReLU"}}, {"type": "step", "data": {"code": "wrong"}},
+                      {"type": "reset", "data": {"task_id": "22_Tanh"}}):
+            ws.send_text(json.dumps(frame))
+            ws.receive_text()
+    ends = [r.getMessage() for r in caplog.records if r.getMessage().startswith("episode end")]
+    assert [e.split(", episode ")[0] for e in ends] == [
+        "episode end: task 19_ReLU abandoned after 1 of 2 turns by a new reset",
+        "episode end: task 22_Tanh abandoned after 0 of 2 turns by the session's end",
+    ]

@@ -154,3 +154,19 @@ def test_real_evaluator_wrong_then_right_kernel():
         assert right.verdict["seeds"] == [11]
     finally:
         env.close()
+
+
+def test_real_evaluator_names_an_unfenced_syntax_error_and_keeps_prose_no_code():
+    """Through the environment too: broken raw code is compile_error with line and column (decided by the
+    static checks, before any worker starts), prose is no_code; both are turns of the episode."""
+    config = EnvServerConfig(eval=EvalConfig(backend="interpret", shape="small", seeds=1, timed_runs=1, max_workers=1))
+    env = KernelEnvironment(config)
+    try:
+        env.reset(task_id="19_ReLU", seed=1)
+        broken = env.step(KernelAction(code="import torch\n\nclass ModelNew(torch.nn.Module:\n    pass\n"))
+        assert broken.status == "compile_error" and not broken.compiled and broken.reward == 0.0
+        assert "line 3, column" in broken.feedback and "SyntaxError" in broken.feedback, broken.feedback
+        prose = env.step(KernelAction(code="I would write a masked Triton kernel for this."))
+        assert prose.status == "no_code" and "```python block" in prose.feedback and prose.done
+    finally:
+        env.close()

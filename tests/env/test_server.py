@@ -156,12 +156,13 @@ def test_bad_input_gets_clear_errors_and_the_session_stays_usable(server):
         assert text in json.dumps(reply["data"]), reply
 
     with connect(ws_url(server), open_timeout=10) as ws:
-        error(ask(ws, {"type": "step", "data": {"code": "x"}}), "EXECUTION_ERROR", "step before reset")
-        error(ask(ws, {"type": "reset", "data": {"task_id": "99_Nope"}}), "EXECUTION_ERROR", "unknown task_id '99_Nope'")
-        error(ask(ws, {"type": "reset", "data": {"task_id": "19_ReLU", "temp": 1}}), "EXECUTION_ERROR", "temp")
-        error(ask(ws, {"type": "reset", "data": {"task_id": "19_ReLU", "seed": "x"}}), "EXECUTION_ERROR", "seed")
+        error(ask(ws, {"type": "step", "data": {"code": "x"}}), "VALIDATION_ERROR", "step before reset")
+        error(ask(ws, {"type": "reset", "data": {"task_id": "99_Nope"}}), "VALIDATION_ERROR", "unknown task_id '99_Nope'")
+        error(ask(ws, {"type": "reset", "data": {"task_id": "19_ReLU", "temp": 1}}), "VALIDATION_ERROR", "temp")
+        error(ask(ws, {"type": "reset", "data": {"task_id": "19_ReLU", "seed": "x"}}), "VALIDATION_ERROR", "seed")
         error(ask(ws, "{this is not json"), "INVALID_JSON", "Invalid JSON")
         error(ask(ws, {"type": "launch_missiles"}), "UNKNOWN_TYPE", "launch_missiles")
+        error(ask(ws, {"data": {"task_id": "19_ReLU"}}), "VALIDATION_ERROR", "no 'type' field")
         error(ask(ws, {"type": "reset", "data": "19_ReLU"}), "VALIDATION_ERROR", "data")
         error(ask(ws, ["reset"]), "INVALID_JSON", "must be a JSON object")  # valid JSON, not an object
         error(ask(ws, b'{"type": "state"}'), "INVALID_JSON", "binary frames are not accepted")
@@ -171,14 +172,14 @@ def test_bad_input_gets_clear_errors_and_the_session_stays_usable(server):
         error(ask(ws, {"type": "step", "data": {"code": ["x"]}}), "VALIDATION_ERROR", "code")
         error(ask(ws, {"type": "step", "data": {}}), "VALIDATION_ERROR", "code")
         error(ask(ws, {"type": "step", "data": {"code": "x", "language": "cuda"}}), "VALIDATION_ERROR", "language")
-        error(ask(ws, {"type": "step", "data": {"code": "#" * 100_001}}), "EXECUTION_ERROR", "max_code_chars")
+        error(ask(ws, {"type": "step", "data": {"code": "#" * 100_001}}), "VALIDATION_ERROR", "max_code_chars")
 
         # none of that touched the episode
         assert ask(ws, {"type": "state"})["data"]["turn"] == 0
         first = ask(ws, {"type": "step", "data": {"code": no_code("a")}})["data"]
         second = ask(ws, {"type": "step", "data": {"code": no_code("b")}})["data"]
         assert (first["done"], second["done"], second["observation"]["returns"]) == (False, True, [0.0, 0.0])
-        error(ask(ws, {"type": "step", "data": {"code": "x"}}), "EXECUTION_ERROR", "episode is done")
+        error(ask(ws, {"type": "step", "data": {"code": "x"}}), "VALIDATION_ERROR", "episode is done")
         assert ask(ws, {"type": "reset", "data": {"task_id": "20_LeakyReLU"}})["type"] == "observation"
         assert ask(ws, {"type": "state"})["data"]["task_id"] == "20_LeakyReLU"
 
@@ -338,12 +339,14 @@ SMOKE = Path(__file__).resolve().parents[2] / "examples" / "client_smoke.py"
 
 def test_client_smoke_example_passes_against_a_live_server(server, tmp_path):
     result = subprocess.run(
-        [sys.executable, str(SMOKE), "--url", server.url, "--shape", "small", "--min-reward", "0.3"],
+        [sys.executable, str(SMOKE), "--url", server.url, "--shape", "small", "--min-reward", "0.3",
+         "--out", str(tmp_path / "out")],
         cwd=tmp_path, capture_output=True, text=True, timeout=240,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "client_smoke: PASS" in result.stdout
-    assert "class Model" in (tmp_path / "task_prompt.txt").read_text()
+    assert "class Model" in (tmp_path / "out" / "task_prompt.txt").read_text()
+    assert not (tmp_path / "task_prompt.txt").exists()  # never the current directory
 
 
 def test_client_smoke_example_reports_an_unreachable_server(tmp_path):

@@ -55,6 +55,15 @@ def test_syntax_error_reports_the_submission_line(evaluator):
     assert "line 3" in v.feedback
 
 
+def test_unfenced_syntax_error_is_a_compile_error_like_the_fenced_one(evaluator):
+    """Raw code that does not parse is told its syntax error, not to change its answer's format."""
+    broken = "import torch\n\nclass ModelNew(:\n    pass\n"
+    raw, fenced = evaluator.evaluate("19_ReLU", broken), evaluator.evaluate("19_ReLU", f"```python\n{broken}```")
+    assert raw.status == fenced.status == Status.COMPILE_ERROR, raw.feedback
+    assert "line 3, column" in raw.feedback and "SyntaxError" in raw.feedback and "```python block" not in raw.feedback
+    assert raw.checks["parses"] == fenced.checks["parses"] and raw.code_sha256 == fenced.code_sha256
+
+
 def test_triton_compile_error_is_a_compile_error_with_its_line(evaluator):
     bad = RELU.replace("tl.arange(0, BLOCK_SIZE)", "tl.arange(0, 1000)")
     assert bad != RELU
@@ -124,7 +133,7 @@ def test_cli_eval_json_prints_one_verdict_and_exits_zero_for_incorrect(tmp_path,
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["eval", "99_Nope", "x.py"], "unknown task id"),
+        (["eval", "99_Nope", "x.py"], "unknown task '99_Nope'"),
         (["eval", "19_ReLU", "/nonexistent/kernel.py"], "cannot read submission file"),
         (["eval", "19_ReLU", "__FILE__", "--seeds", "0"], "seeds=0"),
     ],

@@ -117,6 +117,39 @@ def test_fenced_code_is_returned_verbatim_even_if_it_does_not_parse():
     assert extract_code(f"```python\n{broken}```") == broken
 
 
+BROKEN_MODULE = "import torch\n\nclass ModelNew(torch.nn.Module:\n    pass\n"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        BROKEN_MODULE,
+        "\n\n" + BROKEN_MODULE,
+        "def forward(self, x:\n    return x\n",
+        "from torch import nn\nx = (\n",
+        "import torch, triton as t  # kernels\nclass ModelNew(\n",
+        BROKEN_MODULE + "\nThis kernel masks every load.\n",  # code then prose: the prose line is the error
+    ],
+)
+def test_unfenced_code_that_does_not_parse_is_still_code(answer):
+    """Raw code with a syntax error is the submission (the evaluator names the error), not "no code"."""
+    assert extract_code(answer) == answer.strip() + "\n"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "I would define class ModelNew, import triton and def a kernel.",  # keywords mid-sentence
+        "Import triton first: then write the kernel.",  # capitalised, as prose starts sentences
+        "from the reference: import nothing else",  # `from` + word + `:`, not `from x import y`
+        "class is in session (sort of)",  # `class` + word, no `(`/`:` right after the name
+        "def: a definition",
+    ],
+)
+def test_unfenced_prose_that_does_not_parse_is_still_no_code(answer):
+    assert extract_code(answer) is None
+
+
 def test_a_non_python_block_before_the_python_block_is_skipped():
     """A ```bash block before the ```python block: fences pair up in order, the python one wins."""
     answer = f"Install:\n```bash\npip install triton\n```\nThen:\n```python\n{CODE}```\n"

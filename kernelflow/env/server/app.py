@@ -138,6 +138,8 @@ class WebSocketGuard:
     - A frame that is valid JSON but not an object (`[]`, `"reset"`), or a binary frame, crashes
       OpenEnv's loop and ends the session; here it gets an `INVALID_JSON` error frame instead and is
       not passed on, so the session stays usable.
+    - An object without a `type` field gets "Unknown message type: " (an empty name) from OpenEnv;
+      here it gets a `VALIDATION_ERROR` frame that names the missing field and the accepted types.
     - A client that left mid-evaluation is noticed only when its reply is sent; OpenEnv's error
       handling then fails twice more and the exception reaches uvicorn as three chained tracebacks.
       By then the evaluation has finished (its worker slot is back) and the session is closed, so
@@ -169,7 +171,7 @@ class WebSocketGuard:
                 problem = _frame_problem(message)
                 if problem is None:
                     return message
-                frame = {"type": "error", "data": {"message": problem, "code": "INVALID_JSON"}}
+                frame = {"type": "error", "data": {"message": problem[1], "code": problem[0]}}
                 await guarded_send({"type": "websocket.send", "text": json.dumps(frame)})
 
         try:
@@ -180,17 +182,25 @@ class WebSocketGuard:
             log.info("a client left before its reply could be sent (%s); its session is closed", type(exc).__name__)
 
 
-def _frame_problem(message: dict) -> str | None:
-    """Why a received WebSocket frame cannot be a protocol message (None when it may be one)."""
+MESSAGE_TYPES = ("reset", "step", "state", "close")  # what OpenEnv's loop dispatches on (and "mcp")
+
+
+def _frame_problem(message: dict) -> tuple[str, str] | None:
+    """(error code, why) when a received WebSocket frame cannot be a protocol message; None when it may be."""
     text = message.get("text")
     if text is None:
-        return "binary frames are not accepted; send JSON text such as {\"type\": \"reset\", \"data\": {...}}"
+        return "INVALID_JSON", "binary frames are not accepted; send JSON text such as {\"type\": \"reset\", \"data\": {...}}"
     try:
         value = json.loads(text)
     except ValueError:
         return None  # OpenEnv answers invalid JSON itself, keeping the session
     if not isinstance(value, dict):
-        return f"a message must be a JSON object such as {{\"type\": \"step\", \"data\": {{...}}}}, not {type(value).__name__}"
+        return ("INVALID_JSON",
+                f"a message must be a JSON object such as {{\"type\": \"step\", \"data\": {{...}}}}, not {type(value).__name__}")
+    if "type" not in value:
+        keys = [str(k)[:40] for k in sorted(value)[:10]]  # bounded: the frame is hostile input
+        return ("VALIDATION_ERROR", f"the message has no 'type' field (keys: {keys}); give one of "
+                f"{', '.join(MESSAGE_TYPES)}, e.g. {{\"type\": \"reset\", \"data\": {{\"task_id\": \"19_ReLU\"}}}}")
     return None
 
 

@@ -8,8 +8,13 @@ correct one when `stop_on_correct` is set. The step reward is the evaluator's, r
 `VerdictRewardRubric`; the per-turn returns come from `kernelflow.env.returns` and are put into the
 final observation and the state.
 
-Bad input raises an exception with a clear message; OpenEnv's server turns it into an error frame
-and keeps the session usable (the episode is unchanged). An evaluation runs to completion even when
+Bad input raises `EnvInputError`, a pydantic `ValidationError` whose one error names the field and
+says what to send instead: OpenEnv's server answers pydantic validation errors with a
+`VALIDATION_ERROR` frame (its code for invalid input; any other exception becomes
+`EXECUTION_ERROR`, which here means a fault of ours) and keeps the session usable (the episode is
+unchanged). Each episode start, each verdict (task, status, reward, seconds) and each episode end
+(its last turn, or abandoned by a new reset or the session's end) is one info-level line on the
+`kernelflow.env.server.environment` logger. An evaluation runs to completion even when
 its client has gone: the evaluator bounds it by its own timeout, so its worker slot always returns.
 
 This module does not serve anything (see `app.py`) and does not judge code (the evaluator does).
@@ -19,11 +24,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from typing import Any, Protocol
 
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import EnvironmentMetadata
+from pydantic import ValidationError
+from pydantic_core import PydanticCustomError
 
 from kernelflow.env.config import EnvServerConfig
 from kernelflow.env.models import KernelAction, KernelObservation, KernelState
@@ -59,8 +67,20 @@ def build_evaluator(config: EnvServerConfig) -> EvaluatorLike:
     return Evaluator(config.eval)
 
 
-class EnvInputError(ValueError):
-    """A client sent something the environment cannot act on; the message says what and what to do."""
+# What bad input raises. pydantic's ValidationError (a ValueError), because that is what OpenEnv's
+# WebSocket loop answers with VALIDATION_ERROR; `input_error` builds one.
+EnvInputError = ValidationError
+
+
+def input_error(field: str, message: str) -> ValidationError:
+    """The error for bad client input: one `env_input` error at `field` whose text is `message`.
+
+    The offending value is not echoed (it may be a 100 kB submission); `message` quotes what matters.
+    """
+    return ValidationError.from_exception_data(
+        "kernelflow environment input",
+        [{"type": PydanticCustomError("env_input", "{message}", {"message": message}), "loc": (field,), "input": None}],
+    )
 
 
 class KernelEnvironment(Environment[KernelAction, KernelObservation, KernelState]):
@@ -96,25 +116,26 @@ class KernelEnvironment(Environment[KernelAction, KernelObservation, KernelState
         """Start an episode of `task_id`; `seed` drives the evaluation inputs, `shape` the shape profile."""
         self._check_open()
         if kwargs:
-            raise EnvInputError(
-                f"reset got unknown arguments {sorted(kwargs)}; it accepts {', '.join(RESET_ARGS)}"
+            raise input_error(
+                "data", f"reset got unknown arguments {sorted(kwargs)}; it accepts {', '.join(RESET_ARGS)}"
             )
         if task_id is None:
-            raise EnvInputError(f"reset needs task_id, one of: {', '.join(TASKS)}")
+            raise input_error("task_id", f"reset needs task_id, one of: {', '.join(TASKS)}")
         # both suites: the pilot's and the second-tier families (`tasks=families` evaluates those)
         if not isinstance(task_id, str) or (task_id not in TASKS and task_id not in FAMILY_TASKS):
-            raise EnvInputError(f"unknown task_id {task_id!r}; known task ids: {', '.join([*TASKS, *FAMILY_TASKS])}")
+            raise input_error("task_id", f"unknown task_id {task_id!r}; known task ids: {', '.join([*TASKS, *FAMILY_TASKS])}")
         seed = 0 if seed is None else seed
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
-            raise EnvInputError(f"seed {seed!r} must be an integer in [0, 2**63 - 1]")
+            raise input_error("seed", f"seed {seed!r} must be an integer in [0, 2**63 - 1]")
         shape = self.config.eval.shape if shape is None else shape
         if shape not in SHAPE_PROFILES:
-            raise EnvInputError(f"unknown shape {shape!r}; choose one of {', '.join(SHAPE_PROFILES)}")
+            raise input_error("shape", f"unknown shape {shape!r}; choose one of {', '.join(SHAPE_PROFILES)}")
         if episode_id is not None and not isinstance(episode_id, str):
-            raise EnvInputError(f"episode_id {episode_id!r} must be a string")
+            raise input_error("episode_id", f"episode_id {episode_id!r} must be a string")
 
         task = get_task(task_id)
         self._reset_rubric()
+        self._log_abandoned("a new reset")
         with self._lock:
             self._state = KernelState(
                 episode_id=episode_id or uuid.uuid4().hex,
@@ -126,6 +147,7 @@ class KernelEnvironment(Environment[KernelAction, KernelObservation, KernelState
                 max_turns=self.config.max_turns,
             )
             self._started = True
+        log.info("episode start: task %s, seed %d, shape %s, episode %s", task_id, seed, shape, self._state.episode_id)
         return KernelObservation(
             prompt=build_prompt_text(task),
             messages=build_messages(task),
@@ -142,25 +164,27 @@ class KernelEnvironment(Environment[KernelAction, KernelObservation, KernelState
         self._check_open()
         with self._lock:
             if not self._started:
-                raise EnvInputError("step before reset: send reset(task_id=...) to start an episode first")
+                raise input_error("type", "step before reset: send reset(task_id=...) to start an episode first")
             if self._state.done:
-                raise EnvInputError(
-                    f"the episode is done after {self._state.turn} of {self._state.max_turns} turns; "
+                raise input_error(
+                    "type", f"the episode is done after {self._state.turn} of {self._state.max_turns} turns; "
                     "send reset(task_id=...) to start a new one"
                 )
             episode = self._state
             task_id, seed, shape = episode.task_id, episode.seed, episode.shape
         code = getattr(action, "code", None)
         if not isinstance(code, str):
-            raise EnvInputError(f"action.code must be a string, got {type(code).__name__}")
+            raise input_error("code", f"action.code must be a string, got {type(code).__name__}")
         if len(code) > self.config.max_code_chars:
-            raise EnvInputError(
-                f"the submission is {len(code)} characters, over this server's limit of "
+            raise input_error(
+                "code", f"the submission is {len(code)} characters, over this server's limit of "
                 f"{self.config.max_code_chars} (max_code_chars); submit the module alone, without long comments"
             )
 
         # Outside the lock: an evaluation takes seconds to minutes.
+        started = time.monotonic()
         verdict = self._evaluator.evaluate(task_id, code, seed=seed, shape=shape)
+        seconds = time.monotonic() - started
         vdict = verdict.to_dict()
 
         obs = KernelObservation(
@@ -181,7 +205,7 @@ class KernelEnvironment(Environment[KernelAction, KernelObservation, KernelState
         with self._lock:
             state = self._state
             if state is not episode or state.done:  # a reset raced this step (cannot happen over one socket)
-                raise EnvInputError("the episode changed while this submission was judged; its verdict was dropped")
+                raise input_error("session", "the episode changed while this submission was judged; its verdict was dropped")
             state.turn += 1
             state.step_count += 1
             state.verdicts.append(vdict)
@@ -197,6 +221,11 @@ class KernelEnvironment(Environment[KernelAction, KernelObservation, KernelState
             obs.episode_return = state.episode_return if done else None
         obs.reward = reward
         obs.done = done
+        log.info("verdict: task %s, turn %d/%d, status %s, reward %.3f, %.2f s, episode %s", task_id, obs.turn,
+                 self.config.max_turns, verdict.status, reward, seconds, episode.episode_id)
+        if done:
+            log.info("episode end: task %s after %d turns, rewards %s, return %.3f, episode %s", task_id, obs.turn,
+                     [round(r, 3) for r in obs.rewards], obs.episode_return, episode.episode_id)
         return obs
 
     @property
@@ -216,16 +245,26 @@ class KernelEnvironment(Environment[KernelAction, KernelObservation, KernelState
 
     def close(self) -> None:
         """End this session; the shared evaluator stays open (the server closes it on shutdown)."""
+        if not self._closed:
+            self._log_abandoned("the session's end")
         self._closed = True
         if self._owns_evaluator:
             self._evaluator.close()
 
     # -- helpers -----------------------------------------------------------------------------------
 
+    def _log_abandoned(self, cause: str) -> None:
+        """The episode-end line for an episode left unfinished (a finished one was logged by its last step)."""
+        with self._lock:
+            state, started = self._state, self._started
+        if started and not state.done:
+            log.info("episode end: task %s abandoned after %d of %d turns by %s, episode %s", state.task_id,
+                     state.turn, state.max_turns, cause, state.episode_id)
+
     def _check_open(self) -> None:
         if self._closed:
-            raise EnvInputError(
-                "this session was closed (idle longer than the server's session_timeout_s, or shut down); "
+            raise input_error(
+                "session", "this session was closed (idle longer than the server's session_timeout_s, or shut down); "
                 "open a new connection"
             )
 
