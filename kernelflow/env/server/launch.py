@@ -5,7 +5,9 @@ port 0 itself and writes the port it got to a file, so there is no race for the 
 `/health` answers, and returns a `LocalServer` with `.url`, `.pid`, `.token`, `.info()` and `.stop()`;
 it is also a context manager. The config travels as a temporary JSON file; the token, if any, only in
 the child's environment. The child runs in its own process group, so `stop()` can also reap any
-evaluator workers left behind if the server does not exit on SIGTERM.
+evaluator workers left behind if the server does not exit on SIGTERM, and it watches this process:
+if the launcher dies without calling `stop()` (SIGKILL, a crash), the server stops itself and its
+workers (`--exit-with-parent`, __main__.py).
 
 This module does not pick settings (callers pass an `EnvServerConfig`) and starts no remote servers.
 """
@@ -123,6 +125,7 @@ def start_local_server(
     cmd = [
         sys.executable, "-m", "kernelflow.env.server",
         "--host", host, "--port", str(port), "--config", str(config_path), "--port-file", str(port_file),
+        "--exit-with-parent", str(os.getpid()),  # a launcher killed outright takes the server with it (__main__.py)
     ]
     with open(log, "ab") as log_file:
         process = subprocess.Popen(
