@@ -3,7 +3,8 @@
 `write_report(run, config)` reads what the stages stored in the run directory (both evaluations'
 results.json, each epoch's updates.json, validation.json) and writes `<run>/report/`:
 
-    report.md                   the tables below, with the plots linked
+    report.md                   the tables below, with the plots linked (relative links: right on disk)
+    report.html                 the same, one self-contained page with the plots inlined (MLflow previews it)
     reward_per_update.png       mean reward of every update's group, epochs marked
     per_task_before_after.png   each task's best greedy reward before and after training
     tasks.csv                   the per-task table
@@ -13,7 +14,8 @@ each group's role, a per-task table (statuses, reward, runtime, roofline fractio
 extra seeds), fast_p for p in {0, 1, 1.2}, and, when the run made sampled evaluations
 (`baseline_sampled`, `trained_sampled`), pass@k and avg@n per group and c/n per task, before and
 after. A run whose policy is built here (the tiny random model, the synthetic SFT policy) says so at the top.
-`publish_prefect` shows the same report in the Prefect UI (a markdown and a table artifact).
+`publish_prefect` shows the same report in the Prefect UI (a markdown artifact with the plots inlined as
+data URIs, and a table artifact); `flows/report_page.py` does the inlining and the HTML.
 This module reads files and renders; it computes no rewards and logs nothing to MLflow.
 """
 
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flows import results
+from flows import report_page, results
 from flows.config import ExperimentConfig
 from flows.run_dir import RunDir, read_json
 
@@ -259,6 +261,7 @@ def write_report(run: RunDir, config: ExperimentConfig, mlflow_run: str = "") ->
     markdown = "\n".join(lines)
     path = out / "report.md"
     path.write_text(markdown)
+    report_page.write_html(markdown, out, out / "report.html", f"kernelflow report: {run.path.name}")
     return RenderedReport(path=path, markdown=markdown, rows=rows, metrics=metrics)
 
 
@@ -267,12 +270,18 @@ def artifact_key(name: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
 
 
+def artifact_markdown(rendered: RenderedReport) -> str:
+    """The report's markdown with its plots inlined as data URIs: a Prefect artifact has no directory beside it."""
+    return report_page.embed_images(rendered.markdown, rendered.path.parent)
+
+
 def publish_prefect(rendered: RenderedReport, run_name: str) -> None:
-    """The report as Prefect artifacts of the current flow run (markdown, and the per-task table)."""
+    """The report as Prefect artifacts of the current flow run (markdown with its plots, and the per-task table)."""
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
     key = artifact_key(f"kernelflow-report-{run_name}")
-    create_markdown_artifact(markdown=rendered.markdown, key=key, description=f"kernelflow report of {run_name}")
+    create_markdown_artifact(markdown=artifact_markdown(rendered), key=key,
+                             description=f"kernelflow report of {run_name}")
     table = [{k: _fmt(v) for k, v in row.items()} for row in rendered.rows]
     create_table_artifact(table=table, key=artifact_key(f"kernelflow-tasks-{run_name}"),
                           description=f"per-task results of {run_name}")

@@ -8,7 +8,8 @@ import pytest
 
 from flows import results
 from flows.config import to_experiment_config
-from flows.report import SFT_WARNING, TINY_WARNING, artifact_key, write_report
+from flows.report import SFT_WARNING, TINY_WARNING, artifact_key, artifact_markdown, publish_prefect, write_report
+from flows.report_page import data_uri
 from flows.run_dir import RunDir, write_json
 from tests.flows.conftest import compose_config
 
@@ -80,6 +81,37 @@ def test_report_from_stored_results(tmp_path):
     for png in ("reward_per_update.png", "per_task_before_after.png"):
         assert (run.report_dir / png).stat().st_size > 1000
     assert rendered.metrics["report/fast_0/after"] == pytest.approx(0.3)
+    assert_plots_embedded(rendered, ("reward_per_update.png", "per_task_before_after.png"))
+
+
+def assert_plots_embedded(rendered, pngs):
+    """report.md links the plots; the Prefect artifact's markdown and report.html carry each one's bytes."""
+    base = rendered.path.parent
+    html = (base / "report.html").read_text(encoding="utf-8")
+    artifact = artifact_markdown(rendered)
+    for png in pngs:
+        assert f"]({png})" in rendered.path.read_text()  # on disk the relative link is right
+        uri = data_uri(base / png)
+        assert f"]({uri})" in artifact and f'src="{uri}"' in html
+    assert "data:image/png;base64," not in rendered.markdown
+
+
+def test_publish_prefect_sends_the_markdown_with_its_plots(tmp_path, monkeypatch):
+    import prefect.artifacts
+
+    sent = {}
+    monkeypatch.setattr(prefect.artifacts, "create_markdown_artifact", lambda **kw: sent.setdefault("markdown", kw))
+    monkeypatch.setattr(prefect.artifacts, "create_table_artifact", lambda **kw: sent.setdefault("table", kw))
+    config = to_experiment_config(compose_config(f"tracking.runs_root={tmp_path}"))
+    run = RunDir.for_config(config)
+    for stage in ("baseline_eval", "trained_eval"):
+        write_json(run.stage_dir(stage) / "results.json", [record(t, turn(1, "no_code")) for t in config.tasks.all])
+    rendered = write_report(run, config)
+    publish_prefect(rendered, "Smoke-1")
+    assert sent["markdown"]["key"] == "kernelflow-report-smoke-1"
+    assert sent["markdown"]["markdown"] == artifact_markdown(rendered)
+    assert data_uri(run.report_dir / "per_task_before_after.png") in sent["markdown"]["markdown"]
+    assert len(sent["table"]["table"]) == len(config.tasks.all)
 
 
 def test_artifact_keys_are_prefect_safe():
