@@ -14,8 +14,8 @@ import json
 import pytest
 
 from flows.compare import SeedRun, artifact_markdown, compare, load_runs, main, render, task_groups
-from flows.report_page import data_uri
 from flows.config import to_experiment_config
+from flows.report_page import data_uri
 from flows.results import outcomes, sample_task_metrics, summary_metrics, task_metrics
 from flows.run_dir import RunDir, run_name, split_settings
 from flows.tracking import Tracker
