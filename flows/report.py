@@ -205,8 +205,8 @@ def reward_figure(updates: list[dict]):
     xs = [u["update"] for u in updates]
     means = [u["reward_mean"] for u in updates]
     ax.plot(xs, means, marker="o", label="mean reward of the group")
-    ax.fill_between(xs, [max(0.0, m - u["reward_std"]) for m, u in zip(means, updates)],
-                    [m + u["reward_std"] for m, u in zip(means, updates)], alpha=0.2, label="± std (clipped at 0)")
+    ax.fill_between(xs, [max(0.0, m - u["reward_std"]) for m, u in zip(means, updates, strict=True)],
+                    [m + u["reward_std"] for m, u in zip(means, updates, strict=True)], alpha=0.2, label="± std (clipped at 0)")
     for i, e in enumerate(sorted({u["epoch"] for u in updates})[1:]):
         ax.axvline(min(u["update"] for u in updates if u["epoch"] == e) - 0.5, color="grey", lw=0.8, ls="--",
                    label="epoch boundary" if i == 0 else None)
@@ -238,7 +238,7 @@ def before_after_figure(rows: list[dict[str, Any]]):
                                                   (0.2, "reward_after", "after", "after (adapter)", "#2f6fb0")):
         xs = [x + offset for x in range(len(rows))]
         ax.bar(xs, [r[key] or 0.0 for r in rows], width=0.4, label=label, color=color)
-        for x, r in zip(xs, rows):
+        for x, r in zip(xs, rows, strict=True):
             if r[key]:
                 continue
             ax.bar(x, 0.02 * top, width=0.4, fill=False, hatch="///", edgecolor=color, lw=0.6)
