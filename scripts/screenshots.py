@@ -27,9 +27,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-WINDOW = {"prefect-flow-run.png": (1440, 1000), "prefect-report-artifact.png": (1440, 1800),
+# Chromium's command line shoots the window, not the page: the report pages get a window tall enough to
+# reach their plots at the bottom (the MLflow preview is an iframe that grows with the window).
+WINDOW = {"prefect-flow-run.png": (1440, 1000), "prefect-report-artifact.png": (1440, 3300),
           "mlflow-run-overview.png": (1440, 1000), "mlflow-run-charts.png": (1440, 1400),
-          "mlflow-run-report.png": (1440, 1800)}
+          "mlflow-run-report.png": (1440, 3600)}
 
 
 def wait(url: str, timeout: float) -> bool:
