@@ -9,9 +9,10 @@ results.json, each epoch's updates.json, validation.json) and writes `<run>/repo
     per_task_before_after.png   each task's best greedy reward before and after training; no reward: its status
     tasks.csv                   the per-task table
 
-Tables: the pilot's (task group x before/after correct counts, plus the overall first-turn row) with
-each group's role, a per-task table (statuses, reward, runtime, roofline fraction, speedup vs eager,
-extra seeds), fast_p for p in {0, 1, 1.2}, and, when the run made sampled evaluations
+Tables: the pilot's (task group x before/after correct counts and the change, each row saying which
+attempts it counts, plus the overall first-attempt row) with each group's role, a per-task table
+(statuses as first / second attempt, reward before/after and its change, runtime, roofline fraction,
+speedup vs eager, extra seeds) with a line reading its statuses, fast_p for p in {0, 1, 1.2}, and, when the run made sampled evaluations
 (`baseline_sampled`, `trained_sampled`), pass@k and avg@n per group and c/n per task, before and
 after. A run whose policy is built here (the tiny random model, the synthetic SFT policy) says so at the top.
 `publish_prefect` shows the same report in the Prefect UI (a markdown artifact with the plots inlined as
