@@ -12,9 +12,10 @@ results.json, each epoch's updates.json, validation.json) and writes `<run>/repo
 Tables: the pilot's (task group x before/after correct counts and the change, each row saying which
 attempts it counts, plus the overall first-attempt row) with each group's role, a per-task table
 (statuses as first / second attempt, reward before/after and its change, runtime, roofline fraction,
-speedup vs eager, extra seeds) with a line reading its statuses, fast_p for p in {0, 1, 1.2}, and, when the run made sampled evaluations
-(`baseline_sampled`, `trained_sampled`), pass@k and avg@n per group and c/n per task, before and
-after. A run whose policy is built here (the tiny random model, the synthetic SFT policy) says so at the top.
+speedup vs eager, extra seeds) with a line reading its statuses, fast_p for p in {0, 1, 1.2}, and,
+when the run made sampled evaluations (`baseline_sampled`, `trained_sampled`), pass@k and avg@n per
+group and c/n per task, before and after. A run whose policy is built here (the tiny random model,
+the synthetic SFT policy) says so at the top.
 `publish_prefect` shows the same report in the Prefect UI (a markdown artifact with the plots inlined as
 data URIs, and a table artifact); `flows/report_page.py` does the inlining and the HTML.
 This module reads files and renders; it computes no rewards and logs nothing to MLflow.
