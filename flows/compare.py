@@ -8,7 +8,8 @@ made them (`baseline_sampled/<task>/samples`, `samples_correct`, ...: `results.S
 `stages.sampled_eval_stage`), and its config as params (`tasks.train`, ..., `tasks.families`,
 `trainer.seed`). This module reads them back and writes `<out>/`:
 
-    compare.md            the tables below, plots linked
+    compare.md            the tables below, plots linked (relative links: right on disk)
+    compare.html          the same as one self-contained page, plots inlined (flows/report_page.py)
     comparison.json       every number of the tables (estimates, interval bounds, per-seed values)
     group_success.png     per-group success before/after with bootstrap intervals
     task_success.png      per-task success before/after (fraction of seeds) with bootstrap intervals
@@ -23,8 +24,9 @@ first attempt and by the second. The statistics are `flows/statistics.py`'s. Run
 settings differ beyond the seed are listed as a warning.
 
 The command runs as a Prefect flow (`compare_flow`: load-runs -> write-comparison) so it shows in
-the Prefect UI beside the experiments; `compare(...)` is the same work without Prefect. This module
-reads MLflow and writes files; it never writes to MLflow.
+the Prefect UI beside the experiments, with a markdown artifact whose plots are inlined as data URIs;
+`compare(...)` is the same work without Prefect. This module reads MLflow and writes files; it never
+writes to MLflow.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flows import statistics
+from flows import report_page, statistics
 from flows.results import FAST_P, OUTCOME_KEYS, SAMPLE_KEYS, SAMPLED_STAGES, sampled_rates
 from flows.tracking import RUN_TAG
 
@@ -226,7 +228,13 @@ def compare(runs: Sequence[SeedRun], out: Path, experiment: str = "", resamples:
     markdown = render(numbers)
     path = out / "compare.md"
     path.write_text(markdown)
+    report_page.write_html(markdown, out, out / "compare.html", f"kernelflow comparison: {experiment}")
     return Comparison(path, markdown, numbers)
+
+
+def artifact_markdown(result: Comparison) -> str:
+    """The comparison's markdown with its plots inlined (a Prefect artifact has no directory beside it)."""
+    return report_page.embed_images(result.markdown, result.path.parent)
 
 
 # -- rendering -------------------------------------------------------------------------------------
@@ -381,7 +389,7 @@ def _flow():
         try:
             from prefect.artifacts import create_markdown_artifact
 
-            create_markdown_artifact(key=f"compare-{_key(experiment)}", markdown=result.markdown,
+            create_markdown_artifact(key=f"compare-{_key(experiment)}", markdown=artifact_markdown(result),
                                      description=f"seed comparison of {experiment}")
         except Exception as exc:  # noqa: BLE001 - the files are the product; the artifact is a convenience
             print(f"could not publish the Prefect artifact: {exc}")

@@ -3,17 +3,21 @@
 `write_report(run, config)` reads what the stages stored in the run directory (both evaluations'
 results.json, each epoch's updates.json, validation.json) and writes `<run>/report/`:
 
-    report.md                   the tables below, with the plots linked
-    reward_per_update.png       mean reward of every update's group, epochs marked
-    per_task_before_after.png   each task's best greedy reward before and after training
+    report.md                   the tables below, with the plots linked (relative links: right on disk)
+    report.html                 the same, one self-contained page with the plots inlined (MLflow previews it)
+    reward_per_update.png       mean reward of every update's group (± std clipped at 0), epoch boundaries dashed
+    per_task_before_after.png   each task's best greedy reward before and after training; no reward: its status
     tasks.csv                   the per-task table
 
-Tables: the pilot's (task group x before/after correct counts, plus the overall first-turn row) with
-each group's role, a per-task table (statuses, reward, runtime, roofline fraction, speedup vs eager,
-extra seeds), fast_p for p in {0, 1, 1.2}, and, when the run made sampled evaluations
-(`baseline_sampled`, `trained_sampled`), pass@k and avg@n per group and c/n per task, before and
-after. A run whose policy is built here (the tiny random model, the synthetic SFT policy) says so at the top.
-`publish_prefect` shows the same report in the Prefect UI (a markdown and a table artifact).
+Tables: the pilot's (task group x before/after correct counts and the change, each row saying which
+attempts it counts, plus the overall first-attempt row) with each group's role, a per-task table
+(statuses as first / second attempt, reward before/after and its change, runtime, roofline fraction,
+speedup vs eager, extra seeds) with a line reading its statuses, fast_p for p in {0, 1, 1.2}, and,
+when the run made sampled evaluations (`baseline_sampled`, `trained_sampled`), pass@k and avg@n per
+group and c/n per task, before and after. A run whose policy is built here (the tiny random model,
+the synthetic SFT policy) says so at the top.
+`publish_prefect` shows the same report in the Prefect UI (a markdown artifact with the plots inlined as
+data URIs, and a table artifact); `flows/report_page.py` does the inlining and the HTML.
 This module reads files and renders; it computes no rewards and logs nothing to MLflow.
 """
 
@@ -25,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flows import results
+from flows import report_page, results
 from flows.config import ExperimentConfig
 from flows.run_dir import RunDir, read_json
 
@@ -40,6 +44,22 @@ SFT_WARNING = (
     "loop learns from the environment's verdicts. They say nothing about any real model."
 )
 GROUP_LABELS = {"train": "train", "reserved": "reserved", "heldout": "held-out", "families": "families"}
+FIRST_ONLY = "its first attempt is correct"
+BY_SECOND = "its first or second attempt is correct"
+# Short readings of the verdict statuses (the full table: docs/verdict.md); the legend lists those shown.
+STATUS_MEANINGS = {
+    "ok": "correct",
+    "incorrect": "ran, wrong output",
+    "compile_error": "did not parse, import or compile",
+    "runtime_error": "forward raised",
+    "no_code": "no code in the answer",
+    "static_rejected": "refused by a static check before running",
+    "rejected_runtime_check": "refused by a runtime check (e.g. PyTorch doing the work)",
+    "timeout": "ran too long",
+    "crashed": "the worker died",
+    "impossible_time": "faster than the hardware allows",
+    "evaluator_error": "the evaluator failed, not the submission",
+}
 
 
 @dataclass
@@ -64,15 +84,40 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
+def _change(before: float | int | None, after: float | int | None, digits: int = 3) -> str:
+    """after - before with its sign (`+2`, `-0.300`, `0`); — when either side is missing."""
+    if before is None or after is None:
+        return "—"
+    d = after - before
+    if d == 0:
+        return "0"
+    return f"{d:+d}" if isinstance(d, int) else f"{d:+.{digits}f}"
+
+
 def pilot_table(before: dict, after: dict, groups: dict[str, tuple[str, ...]]) -> list[str]:
+    """Correct tasks per group before/after; each row says which attempts it counts."""
     b, a = results.group_counts(before, groups), results.group_counts(after, groups)
-    lines = ["| task group | tasks | before: correct | after: correct |", "|---|---:|---:|---:|"]
+    lines = ["| task group | counts a task correct when | tasks | before: correct | after: correct "
+             "| change (after − before) |", "|---|---|---:|---:|---:|---:|"]
     for g in groups:
-        lines.append(f"| {GROUP_LABELS.get(g, g)} | {b[g]['tasks']} | {b[g]['correct']} | {a[g]['correct']} |")
+        lines.append(f"| {GROUP_LABELS.get(g, g)} | {BY_SECOND} | {b[g]['tasks']} | {b[g]['correct']} | "
+                     f"{a[g]['correct']} | {_change(b[g]['correct'], a[g]['correct'])} |")
     o_b, o_a = b["overall"], a["overall"]
-    lines.append(f"| **overall, first turn** | {o_b['tasks']} | {o_b['first']} | {o_a['first']} |")
-    lines.append(f"| overall, two attempts | {o_b['tasks']} | {o_b['correct']} | {o_a['correct']} |")
+    lines.append(f"| **overall** | **{FIRST_ONLY}** | {o_b['tasks']} | {o_b['first']} | {o_a['first']} | "
+                 f"{_change(o_b['first'], o_a['first'])} |")
+    lines.append(f"| overall | {BY_SECOND} | {o_b['tasks']} | {o_b['correct']} | {o_a['correct']} | "
+                 f"{_change(o_b['correct'], o_a['correct'])} |")
     return lines
+
+
+def status_legend(rows: list[dict[str, Any]]) -> str:
+    """One line under the per-task table: how to read `a / b` and what each status shown means."""
+    shown = {s for r in rows for side in ("before", "after") for s in r[side].split(" / ")}
+    meanings = "; ".join(f"`{s}`: {m}" for s, m in STATUS_MEANINGS.items() if s in shown)
+    return ("Statuses read *first attempt / second attempt* (the second is written after reading the first's "
+            "feedback, e.g. `incorrect / compile_error`: the first kernel ran but gave wrong outputs, the second "
+            "did not compile); one status alone: the episode ended after its first attempt (correct, or a one-attempt run). "
+            + (f"{meanings}. " if meanings else "") + "All statuses: docs/verdict.md.")
 
 
 def task_rows(config: ExperimentConfig, before: dict, after: dict, validation: dict) -> list[dict[str, Any]]:
@@ -87,6 +132,8 @@ def task_rows(config: ExperimentConfig, before: dict, after: dict, validation: d
             "after": " / ".join(s or "?" for s in a.get("statuses", [])) or "—",
             "reward_before": b.get("reward"),
             "reward_after": a.get("reward"),
+            "reward_change": None if b.get("reward") is None or a.get("reward") is None
+            else a["reward"] - b["reward"],
             "runtime_ms": a.get("runtime_ms"),
             "roofline_fraction": a.get("roofline_fraction"),
             "speedup_vs_eager": a.get("speedup_vs_eager"),
@@ -138,47 +185,87 @@ def sampled_section(config: ExperimentConfig, before: dict, after: dict) -> tupl
     return lines, metrics
 
 
-def plot_rewards(updates: list[dict], path: Path) -> None:
+def _pyplot():
     import matplotlib
 
-    matplotlib.use("Agg")
+    matplotlib.use("Agg")  # files only: no display on a server or in CI
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def reward_figure(updates: list[dict]):
+    """Mean reward of each update's group with a ± std band, clipped at 0 (no reward is negative).
+
+    Epoch boundaries are dashed lines, drawn (and named in the legend) only when the run has more
+    than one epoch; the title promises nothing else.
+    """
     from matplotlib.ticker import MaxNLocator
 
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.5))
     xs = [u["update"] for u in updates]
-    ax.plot(xs, [u["reward_mean"] for u in updates], marker="o", label="mean reward of the group")
-    ax.fill_between(xs, [u["reward_mean"] - u["reward_std"] for u in updates],
-                    [u["reward_mean"] + u["reward_std"] for u in updates], alpha=0.2, label="± std")
-    for e in sorted({u["epoch"] for u in updates})[1:]:
-        ax.axvline(min(u["update"] for u in updates if u["epoch"] == e) - 0.5, color="grey", lw=0.8, ls="--")
+    means = [u["reward_mean"] for u in updates]
+    ax.plot(xs, means, marker="o", label="mean reward of the group")
+    ax.fill_between(xs, [max(0.0, m - u["reward_std"]) for m, u in zip(means, updates, strict=True)],
+                    [m + u["reward_std"] for m, u in zip(means, updates, strict=True)], alpha=0.2, label="± std (clipped at 0)")
+    for i, e in enumerate(sorted({u["epoch"] for u in updates})[1:]):
+        ax.axvline(min(u["update"] for u in updates if u["epoch"] == e) - 0.5, color="grey", lw=0.8, ls="--",
+                   label="epoch boundary" if i == 0 else None)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylim(bottom=0.0)
     ax.set_xlabel("update")
     ax.set_ylabel("reward")
-    ax.set_title("Reward per update (dashed: epoch boundaries)")
+    ax.set_title("Mean reward per update")
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
+    return fig
+
+
+def _final_status(cell: str) -> str:
+    """The last attempt's status from a table cell (`incorrect / compile_error` -> compile_error; — -> not run)."""
+    return "not run" if cell in ("", "—") else cell.split(" / ")[-1]
+
+
+def before_after_figure(rows: list[dict[str, Any]]):
+    """Each task's best greedy reward before and after; a task without reward shows its last status instead.
+
+    An unsolved task's reward is 0, which draws no bar: its slot gets a small hollow, hatched marker and
+    its last attempt's status written upwards, so a missing bar reads as a failure and not as a gap.
+    """
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    top = max([1.0] + [r[k] or 0.0 for r in rows for k in ("reward_before", "reward_after")]) * 1.1
+    for offset, key, status_key, label, color in ((-0.2, "reward_before", "before", "before (base model)", "#9aa5b1"),
+                                                  (0.2, "reward_after", "after", "after (adapter)", "#2f6fb0")):
+        xs = [x + offset for x in range(len(rows))]
+        ax.bar(xs, [r[key] or 0.0 for r in rows], width=0.4, label=label, color=color)
+        for x, r in zip(xs, rows, strict=True):
+            if r[key]:
+                continue
+            ax.bar(x, 0.02 * top, width=0.4, fill=False, hatch="///", edgecolor=color, lw=0.6)
+            ax.text(x, 0.03 * top, _final_status(r[status_key]), rotation=90, ha="center", va="bottom",
+                    fontsize=6.5, color=color)
+    ax.set_xticks(list(range(len(rows))), [r["task"] for r in rows], rotation=35, ha="right", fontsize=8)
+    ax.set_ylim(0.0, top)
+    ax.set_ylabel("best greedy reward")
+    ax.set_title("Per-task reward before and after training (no bar: the last attempt's status)")
+    ax.legend(fontsize=8, loc="upper right")
+    fig.tight_layout()
+    return fig
+
+
+def _save(fig, path: Path) -> None:
     fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _pyplot().close(fig)
+
+
+def plot_rewards(updates: list[dict], path: Path) -> None:
+    _save(reward_figure(updates), path)
 
 
 def plot_before_after(rows: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 3.8))
-    xs = range(len(rows))
-    ax.bar([x - 0.2 for x in xs], [r["reward_before"] or 0.0 for r in rows], width=0.4, label="before (base model)")
-    ax.bar([x + 0.2 for x in xs], [r["reward_after"] or 0.0 for r in rows], width=0.4, label="after (adapter)")
-    ax.set_xticks(list(xs), [r["task"] for r in rows], rotation=35, ha="right", fontsize=8)
-    ax.set_ylabel("best greedy reward")
-    ax.set_title("Per-task reward before and after training")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(before_after_figure(rows), path)
 
 
 def write_report(run: RunDir, config: ExperimentConfig, mlflow_run: str = "") -> RenderedReport:
@@ -226,15 +313,17 @@ def write_report(run: RunDir, config: ExperimentConfig, mlflow_run: str = "") ->
     lines += ["", "Roles: " + "; ".join(f"**{GROUP_LABELS.get(g, g)}**: {role}" for g, role in config.tasks.roles.items())
               + "."]
     lines += ["", "## Per task (after training: the first correct attempt's numbers)", "",
-              "| task | group | before | after | reward before | reward after | runtime ms | roofline fraction "
-              "| speedup vs eager | extra seeds |",
-              "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
+              "| task | group | before | after | reward before | reward after | change (after − before) "
+              "| runtime ms | roofline fraction | speedup vs eager | extra seeds |",
+              "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(
             f"| {r['task']} | {r['group']} | {r['before']} | {r['after']} | {_fmt(r['reward_before'])} | "
-            f"{_fmt(r['reward_after'])} | {_fmt(r['runtime_ms'], 4)} | {_fmt(r['roofline_fraction'])} | "
+            f"{_fmt(r['reward_after'])} | {_change(r['reward_before'], r['reward_after'])} | "
+            f"{_fmt(r['runtime_ms'], 4)} | {_fmt(r['roofline_fraction'])} | "
             f"{_fmt(r['speedup_vs_eager'], 2)} | {_fmt(r['extra_seeds'])} |"
         )
+    lines += ["", status_legend(rows)]
     lines += ["", "## fast_p (correct and faster than eager PyTorch by more than p)", "",
               "| p | before | after |", "|---:|---:|---:|"]
     metrics: dict[str, float] = {}
@@ -259,6 +348,7 @@ def write_report(run: RunDir, config: ExperimentConfig, mlflow_run: str = "") ->
     markdown = "\n".join(lines)
     path = out / "report.md"
     path.write_text(markdown)
+    report_page.write_html(markdown, out, out / "report.html", f"kernelflow report: {run.path.name}")
     return RenderedReport(path=path, markdown=markdown, rows=rows, metrics=metrics)
 
 
@@ -267,12 +357,18 @@ def artifact_key(name: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
 
 
+def artifact_markdown(rendered: RenderedReport) -> str:
+    """The report's markdown with its plots inlined as data URIs: a Prefect artifact has no directory beside it."""
+    return report_page.embed_images(rendered.markdown, rendered.path.parent)
+
+
 def publish_prefect(rendered: RenderedReport, run_name: str) -> None:
-    """The report as Prefect artifacts of the current flow run (markdown, and the per-task table)."""
+    """The report as Prefect artifacts of the current flow run (markdown with its plots, and the per-task table)."""
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
     key = artifact_key(f"kernelflow-report-{run_name}")
-    create_markdown_artifact(markdown=rendered.markdown, key=key, description=f"kernelflow report of {run_name}")
+    create_markdown_artifact(markdown=artifact_markdown(rendered), key=key,
+                             description=f"kernelflow report of {run_name}")
     table = [{k: _fmt(v) for k, v in row.items()} for row in rendered.rows]
     create_table_artifact(table=table, key=artifact_key(f"kernelflow-tasks-{run_name}"),
                           description=f"per-task results of {run_name}")

@@ -13,8 +13,9 @@ import json
 
 import pytest
 
-from flows.compare import SeedRun, compare, load_runs, main, render, task_groups
+from flows.compare import SeedRun, artifact_markdown, compare, load_runs, main, render, task_groups
 from flows.config import to_experiment_config
+from flows.report_page import data_uri
 from flows.results import outcomes, sample_task_metrics, summary_metrics, task_metrics
 from flows.run_dir import RunDir, run_name, split_settings
 from flows.tracking import Tracker
@@ -163,6 +164,11 @@ def test_comparison_numbers(store):
         assert (out / png).stat().st_size > 1000
     md = (out / "compare.md").read_text()
     assert "over 3 seed(s)" in md
+    # the Prefect artifact's markdown and compare.html carry every plot; compare.md links them
+    html, artifact = (out / "compare.html").read_text(encoding="utf-8"), artifact_markdown(result)
+    for png in ("group_success.png", "task_success.png", "fast_p.png"):
+        uri = data_uri(out / png)
+        assert f"]({png})" in md and f"]({uri})" in artifact and f'src="{uri}"' in html
     # the smoke preset's policy is the reduced SFT policy (conf/model/sft_small.yaml)
     assert result.numbers["policy_sources"] == ["sft"] and "pre-trained here on a synthetic corpus" in md
     assert not result.numbers["tiny"] and "tiny random model" not in md

@@ -8,7 +8,8 @@ import pytest
 
 from flows import results
 from flows.config import to_experiment_config
-from flows.report import SFT_WARNING, TINY_WARNING, artifact_key, write_report
+from flows.report import SFT_WARNING, TINY_WARNING, artifact_key, artifact_markdown, publish_prefect, write_report
+from flows.report_page import data_uri
 from flows.run_dir import RunDir, write_json
 from tests.flows.conftest import compose_config
 
@@ -73,13 +74,56 @@ def test_report_from_stored_results(tmp_path):
     rendered = write_report(run, config)
     text = rendered.path.read_text()
     assert SFT_WARNING in text and TINY_WARNING not in text  # the smoke policy is the reduced SFT policy
-    assert "| train | 4 | 0 | 2 |" in text and "| **overall, first turn** | 10 | 0 | 2 |" in text
-    assert "| 19_ReLU | train | no_code / no_code | ok | 0.000 | 2.500 | 1.0000 | — | 1.50 | 2/2 |" in text
+    # each group row says which attempts it counts, and the change after - before
+    assert "| train | its first or second attempt is correct | 4 | 0 | 2 | +2 |" in text
+    assert "| held-out | its first or second attempt is correct | 3 | 0 | 0 | 0 |" in text
+    assert "| **overall** | **its first attempt is correct** | 10 | 0 | 2 | +2 |" in text
+    assert "| overall | its first or second attempt is correct | 10 | 0 | 3 | +3 |" in text
+    assert "| 19_ReLU | train | no_code / no_code | ok | 0.000 | 2.500 | +2.500 | 1.0000 | — | 1.50 | 2/2 |" in text
+    assert "| 21_Sigmoid | train | no_code / no_code | no_code / no_code | 0.000 | 0.000 | 0 |" in text
+    # the line under the per-task table reads `a / b` and the statuses shown, and only those
+    legend = next(line for line in text.splitlines() if line.startswith("Statuses read"))
+    assert "*first attempt / second attempt*" in legend and "`incorrect / compile_error`" in legend
+    for status in ("ok", "incorrect", "compile_error", "no_code"):
+        assert f"`{status}`: " in legend
+    assert "`timeout`: " not in legend
+    assert text.index("| 88_MinGPTNewGelu |") < text.index("Statuses read") < text.index("## fast_p")
     assert "| 1.2 | 0.00 | 0.10 |" in text
     assert "2 of 3 solved task(s)" in text
     for png in ("reward_per_update.png", "per_task_before_after.png"):
         assert (run.report_dir / png).stat().st_size > 1000
     assert rendered.metrics["report/fast_0/after"] == pytest.approx(0.3)
+    assert_plots_embedded(rendered, ("reward_per_update.png", "per_task_before_after.png"))
+
+
+def assert_plots_embedded(rendered, pngs):
+    """report.md links the plots; the Prefect artifact's markdown and report.html carry each one's bytes."""
+    base = rendered.path.parent
+    html = (base / "report.html").read_text(encoding="utf-8")
+    artifact = artifact_markdown(rendered)
+    for png in pngs:
+        assert f"]({png})" in rendered.path.read_text()  # on disk the relative link is right
+        uri = data_uri(base / png)
+        assert f"]({uri})" in artifact and f'src="{uri}"' in html
+    assert "data:image/png;base64," not in rendered.markdown
+
+
+def test_publish_prefect_sends_the_markdown_with_its_plots(tmp_path, monkeypatch):
+    import prefect.artifacts
+
+    sent = {}
+    monkeypatch.setattr(prefect.artifacts, "create_markdown_artifact", lambda **kw: sent.setdefault("markdown", kw))
+    monkeypatch.setattr(prefect.artifacts, "create_table_artifact", lambda **kw: sent.setdefault("table", kw))
+    config = to_experiment_config(compose_config(f"tracking.runs_root={tmp_path}"))
+    run = RunDir.for_config(config)
+    for stage in ("baseline_eval", "trained_eval"):
+        write_json(run.stage_dir(stage) / "results.json", [record(t, turn(1, "no_code")) for t in config.tasks.all])
+    rendered = write_report(run, config)
+    publish_prefect(rendered, "Smoke-1")
+    assert sent["markdown"]["key"] == "kernelflow-report-smoke-1"
+    assert sent["markdown"]["markdown"] == artifact_markdown(rendered)
+    assert data_uri(run.report_dir / "per_task_before_after.png") in sent["markdown"]["markdown"]
+    assert len(sent["table"]["table"]) == len(config.tasks.all)
 
 
 def test_artifact_keys_are_prefect_safe():
@@ -148,3 +192,51 @@ def test_report_shows_the_sampled_evaluation(tmp_path):
     for stage in ("baseline_eval", "trained_eval"):
         write_json(run_b.stage_dir(stage) / "results.json", [record(t, turn(1, "no_code")) for t in without.tasks.all])
     assert "Sampled evaluation" not in write_report(run_b, without).markdown
+
+
+UPDATES = [{"epoch": 1, "update": 1, "reward_mean": 0.1, "reward_std": 0.4},   # mean - std < 0: clipped
+           {"epoch": 1, "update": 2, "reward_mean": 0.5, "reward_std": 0.2},
+           {"epoch": 2, "update": 3, "reward_mean": 0.2, "reward_std": 0.6}]
+
+
+def test_reward_band_stays_at_or_above_zero_and_the_title_promises_what_is_drawn():
+    import matplotlib.pyplot as plt
+
+    from flows.report import reward_figure
+
+    fig = reward_figure(UPDATES)
+    ax = fig.axes[0]
+    (band,) = ax.collections  # the fill_between
+    ys = band.get_paths()[0].vertices[:, 1]
+    assert ys.min() == 0.0 and ys.max() == pytest.approx(0.8)
+    assert ax.get_ylim()[0] == 0.0
+    assert "epoch" not in ax.get_title()
+    labels = ax.get_legend_handles_labels()[1]
+    assert labels.count("epoch boundary") == 1  # two epochs: one boundary, drawn and named
+    assert [line.get_xdata()[0] for line in ax.lines if line.get_linestyle() == "--"] == [2.5]
+    plt.close(fig)
+    one_epoch = reward_figure([u for u in UPDATES if u["epoch"] == 1])
+    assert "epoch boundary" not in one_epoch.axes[0].get_legend_handles_labels()[1]
+    assert not [line for line in one_epoch.axes[0].lines if line.get_linestyle() == "--"]
+    plt.close(one_epoch)
+
+
+def test_tasks_without_reward_show_their_status_instead_of_an_empty_slot():
+    import matplotlib.pyplot as plt
+
+    from flows.report import before_after_figure
+
+    rows = [{"task": "19_ReLU", "before": "incorrect / compile_error", "after": "ok", "reward_before": 0.0,
+             "reward_after": 2.5},
+            {"task": "23_Softmax", "before": "—", "after": "no_code / timeout", "reward_before": None,
+             "reward_after": 0.0}]
+    fig = before_after_figure(rows)
+    ax = fig.axes[0]
+    texts = sorted((round(t.get_position()[0], 1), t.get_text()) for t in ax.texts)
+    # before bars sit at x - 0.2, after bars at x + 0.2: each side without reward names its last status
+    assert texts == [(-0.2, "compile_error"), (0.8, "not run"), (1.2, "timeout")]
+    hatched = [p for p in ax.patches if p.get_hatch()]
+    assert sorted(round(p.get_x() + p.get_width() / 2, 1) for p in hatched) == [-0.2, 0.8, 1.2]
+    assert all(p.get_height() > 0 for p in hatched)  # a visible marker, not a zero-height bar
+    assert ax.get_ylim()[1] > 2.5
+    plt.close(fig)
