@@ -26,3 +26,12 @@ def descendants(pid: int) -> list[int]:
             out.append(child)
             stack.append(child)
     return out
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie counts as gone: it has exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -36,7 +36,7 @@ from kernelflow.env.models import KernelObservation, KernelState
 from kernelflow.env.server.launch import start_local_server
 from kernelflow.eval import EvalConfig, Verdict
 from tests.env.kernels import HONEST_RELU, WRONG_RELU, no_code
-from tests.env.procs import descendants
+from tests.env.procs import alive, descendants
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -321,8 +321,8 @@ def test_client_leaving_mid_evaluation_leaks_no_worker(guarded):
 
     def released():
         info = fetch_server_info(guarded.url, token=TOKEN)
-        alive = [p for p in workers if os.path.exists(f"/proc/{p}")] if info["active_sessions"] == 0 else True
-        return info["active_sessions"] == 0 and not alive and set(descendants(guarded.pid)) <= baseline
+        running = [p for p in workers if os.path.exists(f"/proc/{p}")] if info["active_sessions"] == 0 else True
+        return info["active_sessions"] == 0 and not running and set(descendants(guarded.pid)) <= baseline
 
     wait_until(released, EVAL.timeout_s + 30, "the session and its worker to be released", interval_s=0.5)
     assert guarded.alive()
@@ -392,14 +392,7 @@ def test_a_served_verdict_takes_a_prewarmed_worker_and_stop_leaves_no_worker(tmp
     # The workers have their own sessions (outside the server's process group), so check them by PID:
     # closing the evaluator on shutdown must have killed every one.
     deadline = time.monotonic() + 10
-    while (still := [p for p in workers if _alive(p)]) and time.monotonic() < deadline:
+    while (still := [p for p in workers if alive(p)]) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert still == [], f"workers {still} outlived the server"
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False

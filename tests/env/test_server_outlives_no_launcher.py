@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from kernelflow.env.server.__main__ import main
-from tests.env.procs import descendants
+from tests.env.procs import alive, descendants
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -35,13 +35,6 @@ print(server.pid, flush=True)
 time.sleep(600)
 """
 
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_a_killed_launcher_takes_the_server_and_its_workers_with_it(tmp_path):
