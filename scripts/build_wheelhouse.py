@@ -33,6 +33,7 @@ import argparse
 import re
 import subprocess
 import sys
+import tempfile
 import tomllib
 from dataclasses import dataclass
 from importlib import metadata
@@ -41,6 +42,9 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its sibling module
+import wheelhouse_check as wheels  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = "kernelflow"
@@ -248,6 +252,7 @@ def main() -> int:
     parser.add_argument("--host-freeze", type=Path, help="`pip freeze` of the host: bundle only what it lacks or conflicts")
     parser.add_argument("--out", default="wheelhouse")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit without downloading")
+    parser.add_argument("--strip-ui", action="store_true", help="leave the Prefect and MLflow web UI files out of their wheels")
     args = parser.parse_args()
 
     platforms = args.platform or ["manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64",
@@ -269,15 +274,30 @@ def main() -> int:
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(out),
-           "--python-version", args.python_version, "--implementation", "cp"]
-    for p in platforms:
-        cmd += ["--platform", p]
-    cmd += [f"{n}=={v}" for n, v in sorted(wanted.items())]
-    if wanted:
-        subprocess.run(cmd, check=True)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(out), str(ROOT)], check=True)
-    print("\n".join(size_report(out, set(wanted) | {PROJECT})))
+    # Stage in a temp folder: --out receives wheels only once pip's resolver has accepted them.
+    with tempfile.TemporaryDirectory(prefix="wheelhouse-", dir=out.parent) as tmp:
+        stage = Path(tmp)
+        built = wheels.fetch(wanted, stage, args.python_version, platforms)
+        if built:
+            print("built from sdists (pure Python): " + ", ".join(built))
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(stage), str(ROOT)], check=True)
+        if args.host_freeze:
+            result = wheels.resolver_check(stage, host, f"{PROJECT}[{args.extra}]", args.python_version, platforms,
+                                           {c.name for c in plan.conflicts})
+            print("\n".join(wheels.format_check(result)))
+            if result.conflicts:
+                raise wheels.BundleError("the bundle would replace host packages the plan did not mean to: "
+                                         + ", ".join(c.name for c in result.conflicts) + "; nothing written to "
+                                         f"{out}. Add them to the host list or --skip their requirers.")
+        names = set(wanted) | {PROJECT}
+        if args.strip_ui:
+            before = sum(f.stat().st_size for f in stage.glob("*.whl"))
+            print("\n".join(wheels.strip_ui(stage)))
+            after = sum(f.stat().st_size for f in stage.glob("*.whl"))
+            print(f"--strip-ui: bundle {before / 2**20:.1f} -> {after / 2**20:.1f} MiB")
+        for f in stage.glob("*.whl"):
+            f.replace(out / f.name)
+    print("\n".join(size_report(out, names)))
     return 0
 
 
