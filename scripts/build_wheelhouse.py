@@ -19,10 +19,17 @@ packages by name.
 version that fails a specifier of the closure (`plan_bundle`, a pure function). A specifier counts
 when its requirer is kernelflow, is bundled, or is on the host at the version installed here (so its
 metadata is the host's); a requirer the host has at another version brings requirements we cannot
-read offline, and those are reported as not checked. Not covered yet: a bundled replacement is not
-checked against the requirements of the host's other packages (e.g. the host's torch on filelock;
-pip's resolver check of issue #20), sdist-only packages are not built into wheels (the download
-fails on them, e.g. antlr4-python3-runtime for `--extra all`), and UI static files are not stripped.
+read offline, and those are reported as not checked.
+
+The wheels are staged in a temp folder next to `--out` (scripts/wheelhouse_check.py): a package with
+no wheel for the target is built here from its sdist when that gives a pure-Python wheel, and refused
+by name otherwise. With `--host-freeze`, pip's resolver then installs `kernelflow[extra]` offline
+(`--dry-run --no-index`) from the stage over stand-ins of the host's packages; a host package it would
+replace that the plan did not mean to is an error, and nothing reaches `--out`. `--strip-ui` leaves the
+Prefect and MLflow web UI files out of their wheels and prints the bundle's size before and after.
+Not covered: the stand-ins carry no requirements, so a bundled replacement (e.g. filelock 4.3) is not
+checked against what the host's other packages (e.g. its torch) require of it; pip evaluates markers
+for the Python that runs the check, not for `--python-version`.
 
 Run it from an environment where `scripts/install.sh` installed kernelflow with all extras.
 """

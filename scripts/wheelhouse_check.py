@@ -63,6 +63,12 @@ def fetch(wanted: dict[str, str], out: Path, python_version: str, platforms: lis
     for p in platforms:
         target += ["--platform", p]
     built: list[str] = []
+    specs = [f"{n}=={v}" for n, v in sorted(wanted.items())]
+    # One pip call for the common case; only when it fails, one call per package to find the sdist-only
+    # ones (pip keeps files already in `out`, so the wheels of the first call are not fetched twice).
+    if not specs or run(_pip("download", "--no-deps", "--only-binary=:all:", "-d", str(out), *target, *specs),
+                        capture_output=True, text=True).returncode == 0:
+        return built
     for name, version in sorted(wanted.items()):
         spec = f"{name}=={version}"
         got = run(_pip("download", "--no-deps", "--only-binary=:all:", "-d", str(out), *target, spec),

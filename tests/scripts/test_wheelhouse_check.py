@@ -52,6 +52,13 @@ class FakePip:
         name = Path(spec).name.rsplit("-1.0", 1)[0] if args[0] == "wheel" else spec.split("==")[0]
         d.mkdir(parents=True, exist_ok=True)
         if args[0] == "download" and "--only-binary=:all:" in args:
+            names = [a.split("==")[0] for a in args if "==" in a]
+            if len(names) > 1:  # the first, batch call: it fails if one package has no wheel
+                if not set(names) <= self.wheels:
+                    return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found")
+                for n in names:
+                    (d / f"{n}-1.0-py3-none-any.whl").write_bytes(b"w")
+                return subprocess.CompletedProcess(cmd, 0, "", "")
             if name not in self.wheels:
                 return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found")
             (d / f"{name.replace('-', '_')}-1.0-py3-none-any.whl").write_bytes(b"w")
@@ -69,8 +76,15 @@ def test_fetch_builds_a_pure_python_sdist_into_a_wheel(tmp_path):
     built = wc.fetch({"pyyaml": "6.0", "antlr4-python3-runtime": "4.9.3"}, tmp_path, "3.12", ["manylinux2014_x86_64"], pip)
     assert built == ["antlr4-python3-runtime"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["antlr4_python3_runtime-1.0-py3-none-any.whl", "pyyaml-1.0-py3-none-any.whl"]
+    assert len(pip.calls) == 5  # the batch, then per package: pyyaml's wheel, antlr4's wheel, sdist, build
     wheel_cmd = [c for c in pip.calls if c[3] == "wheel"][0]
     assert "--no-deps" in wheel_cmd
+
+
+def test_fetch_takes_one_pip_call_when_every_package_has_a_wheel(tmp_path):
+    pip = FakePip(wheels={"pyyaml", "rich"}, sdists={})
+    assert wc.fetch({"pyyaml": "6.0", "rich": "14"}, tmp_path, "3.12", ["manylinux2014_x86_64"], pip) == []
+    assert len(pip.calls) == 1 and pip.calls[0][-2:] == ["pyyaml==6.0", "rich==14"]
 
 
 def test_fetch_refuses_an_sdist_that_builds_a_platform_wheel(tmp_path):
