@@ -97,6 +97,17 @@ def _excluded(name: str) -> bool:
     return name in HOST_PROVIDED or name in OPTIONAL_HEAVY or name.startswith(HOST_PROVIDED_PREFIXES)
 
 
+def installed(names: set[str]) -> dict[str, str]:
+    """The versions installed here of those names that are installed."""
+    found = {}
+    for name in sorted(names):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return found
+
+
 def project_requires(pyproject: Path = ROOT / "pyproject.toml") -> tuple[str, list[str]]:
     """kernelflow's version and requirements from pyproject.toml (what the built wheel will declare),
     not from the installed metadata, which is as old as the last `pip install -e`."""
@@ -290,7 +301,7 @@ def main() -> int:
         subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(stage), str(ROOT)], check=True)
         if args.host_freeze:
             result = wheels.resolver_check(stage, host, f"{PROJECT}[{args.extra}]", args.python_version, platforms,
-                                           {c.name for c in plan.conflicts})
+                                           {c.name for c in plan.conflicts}, left_out=installed(OPTIONAL_HEAVY))
             print("\n".join(wheels.format_check(result)))
             if result.conflicts:
                 raise wheels.BundleError("the bundle would replace host packages the plan did not mean to: "

@@ -132,14 +132,18 @@ class CheckResult:
 
 
 def resolver_check(bundle: Path, host: dict[str, str | None], requirement: str, python_version: str,
-                   platforms: list[str], planned: set[str], run: Runner = subprocess.run) -> CheckResult:
+                   platforms: list[str], planned: set[str], run: Runner = subprocess.run,
+                   left_out: dict[str, str] | None = None) -> CheckResult:
     """Run pip's resolver offline over the bundle and stand-ins of the host's set (see the docstring).
-    Host packages without a known version (`name @ url`) get no stand-in. Raises BundleError when
+    Host packages without a known version (`name @ url`) get no stand-in. `left_out` (name -> version)
+    are packages left out of the bundle on purpose although a requirement names them (gradio, which
+    openenv requires but imports only for its web UI): they get stand-ins too, their picks are counted
+    as "left-out", and the host must then install the bundle with --no-deps. Raises BundleError when
     pip cannot resolve."""
     with tempfile.TemporaryDirectory() as tmp:
         standins = Path(tmp, "host")
         standins.mkdir()
-        for name, version in host.items():
+        for name, version in {**(left_out or {}), **host}.items():
             if version is not None:
                 make_standin(name, version, standins)
         report = Path(tmp, "report.json")
@@ -162,6 +166,8 @@ def resolver_check(bundle: Path, host: dict[str, str | None], requirement: str, 
         meta = item["metadata"]
         name = canonicalize_name(meta["name"])
         source = "host" if Path(tmp, "host").as_uri() in item["download_info"]["url"] else "bundle"
+        if source == "host" and name not in host:
+            source = "left-out"
         picks[name] = (meta["version"], source)
         for raw in meta.get("requires_dist", []) or []:
             requires.setdefault(canonicalize_name(Requirement(raw).name), []).append(f"{name}: {raw}")
@@ -173,9 +179,13 @@ def resolver_check(bundle: Path, host: dict[str, str | None], requirement: str, 
 
 
 def format_check(result: CheckResult) -> list[str]:
-    from_host = sum(1 for _, s in result.picks.values() if s == "host")
-    lines = [f"pip's resolver (--no-index): {len(result.picks)} packages, {len(result.picks) - from_host} "
-             f"from the bundle, {from_host} from the host"]
+    count = {k: sum(1 for _, s in result.picks.values() if s == k) for k in ("bundle", "host", "left-out")}
+    lines = [f"pip's resolver (--no-index): {len(result.picks)} packages, {count['bundle']} from the bundle, "
+             f"{count['host']} from the host"]
+    gone = sorted(n for n, (_, s) in result.picks.items() if s == "left-out")
+    if gone:
+        lines.append(f"  required but left out on purpose: {', '.join(gone)}; install the bundle on the host with "
+                     "`pip install --no-index --no-deps wheelhouse/*.whl` (a plain `pip install --no-index` fails on them)")
     for r in result.replacements:
         kind = "replaces (planned)" if r.planned else "CONFLICT: would replace"
         lines.append(f"  {kind} host {r.name} {r.host_version} with {r.bundled_version}; required by "

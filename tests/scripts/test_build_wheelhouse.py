@@ -206,8 +206,8 @@ def _fake_build(monkeypatch, tmp_path, conflicts=()):
 
     seen = {}
 
-    def check(stage, host, requirement, python_version, platforms, planned):
-        seen.update(requirement=requirement, planned=planned, wheels=sorted(p.name for p in stage.glob("*.whl")))
+    def check(stage, host, requirement, python_version, platforms, planned, left_out):
+        seen.update(requirement=requirement, planned=planned, left_out=left_out, wheels=sorted(p.name for p in stage.glob("*.whl")))
         return bw.wheels.CheckResult({}, tuple(conflicts))
 
     monkeypatch.setattr(bw, "closure", lambda extra, skip, python_version: SMALL)
@@ -225,6 +225,7 @@ def test_build_checks_the_staged_bundle_then_writes_it(monkeypatch, tmp_path, ca
     out, seen = _fake_build(monkeypatch, tmp_path)
     assert bw.main() == 0
     assert seen["requirement"] == "kernelflow[env]" and seen["planned"] == {"filelock"}
+    assert set(seen["left_out"]) <= bw.OPTIONAL_HEAVY
     assert "kernelflow-0.1.0-py3-none-any.whl" in seen["wheels"]  # the check sees the project's own wheel
     assert sorted(p.name for p in out.iterdir()) == seen["wheels"]
     assert "built from sdists (pure Python): pydantic" in capsys.readouterr().out

@@ -134,6 +134,19 @@ def test_resolver_check_reports_a_host_package_it_would_replace(tmp_path):
     assert planned.conflicts == () and planned.replacements[0].planned
 
 
+def test_resolver_check_counts_packages_left_out_on_purpose_and_says_to_use_no_deps(tmp_path):
+    bundle = small_bundle(tmp_path)
+    (bundle / "app-1.0-py3-none-any.whl").unlink()  # else pip backtracks to app 1.0, which needs no gradio
+    make_wheel(bundle, "app", "2.0", ["base>=2", "util", "gradio>=4"])
+    host = {"base": "2.1", "util": "0.3"}
+    with pytest.raises(wc.BundleError, match="gradio"):
+        wc.resolver_check(bundle, host, "kernelflow[env]", "3.12", PLAT, set())
+    result = wc.resolver_check(bundle, host, "kernelflow[env]", "3.12", PLAT, set(), left_out={"gradio": "6.31.0"})
+    assert result.picks["gradio"] == ("6.31.0", "left-out") and result.conflicts == ()
+    assert "required but left out on purpose: gradio; install the bundle on the host with `pip install --no-index --no-deps" \
+        in "\n".join(wc.format_check(result))
+
+
 def test_resolver_check_fails_with_the_package_when_the_host_version_is_unusable(tmp_path):
     with pytest.raises(wc.BundleError, match=r"(?s)pip cannot install kernelflow\[env\].*base"):
         wc.resolver_check(small_bundle(tmp_path), {"base": "1.5", "util": "0.3"}, "kernelflow[env]", "3.12", PLAT, set())
