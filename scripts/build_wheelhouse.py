@@ -29,7 +29,7 @@ replace that the plan did not mean to is an error, and nothing reaches `--out`. 
 Prefect and MLflow web UI files out of their wheels and prints the bundle's size before and after.
 Not covered: the stand-ins carry no requirements, so a bundled replacement (e.g. filelock 4.3) is not
 checked against what the host's other packages (e.g. its torch) require of it; pip evaluates markers
-for the Python that runs the check, not for `--python-version`.
+for the Python it runs in, so `--check-python` names one of the host's version (checked before downloading).
 
 Run it from an environment where `scripts/install.sh` installed kernelflow with all extras.
 """
@@ -270,6 +270,8 @@ def main() -> int:
     parser.add_argument("--host-freeze", type=Path, help="`pip freeze` of the host: bundle only what it lacks or conflicts")
     parser.add_argument("--out", default="wheelhouse")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit without downloading")
+    parser.add_argument("--check-python", default=sys.executable,
+                        help="a Python of the host's version with pip, for the resolver check (pip evaluates markers for it)")
     parser.add_argument("--strip-ui", action="store_true", help="leave the Prefect and MLflow web UI files out of their wheels")
     args = parser.parse_args()
 
@@ -290,6 +292,12 @@ def main() -> int:
             print(f"  {name}=={version}")
     if args.dry_run:
         return 0
+    if args.host_freeze:  # fail before downloading: a check under another Python reads other markers
+        got = subprocess.run([args.check_python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                             capture_output=True, text=True).stdout.strip()
+        if got != args.python_version:
+            raise wheels.BundleError(f"the resolver check runs under Python {got or '?'} ({args.check_python}) but the "
+                                     f"host's is {args.python_version}: pass --check-python /path/to/python{args.python_version}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     # Stage in a temp folder: --out receives wheels only once pip's resolver has accepted them.
@@ -301,7 +309,8 @@ def main() -> int:
         subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(stage), str(ROOT)], check=True)
         if args.host_freeze:
             result = wheels.resolver_check(stage, host, f"{PROJECT}[{args.extra}]", args.python_version, platforms,
-                                           {c.name for c in plan.conflicts}, left_out=installed(OPTIONAL_HEAVY))
+                                           {c.name for c in plan.conflicts}, left_out=installed(OPTIONAL_HEAVY),
+                                           python=args.check_python)
             print("\n".join(wheels.format_check(result)))
             if result.conflicts:
                 raise wheels.BundleError("the bundle would replace host packages the plan did not mean to: "

@@ -15,7 +15,8 @@ pure-Python wheels), pip's resolver check of a staged bundle against a host's se
   that replaces a host package is a conflict unless the plan meant it (its `Plan.conflicts`), and it
   is reported with both versions and its requirers. Not covered: the stand-ins carry no requirements,
   so a replacement is not checked against what the host's own packages (e.g. its torch) need of it;
-  pip evaluates environment markers for the Python running the check, not for `--python-version`.
+  pip evaluates environment markers for the Python it runs in, not for `--python-version`, so the check
+  runs under a Python of the host's version (build_wheelhouse's `--check-python`).
 - `strip_wheel` rewrites a wheel without files under given prefixes (Prefect's and MLflow's UI
   builds) and drops their lines from RECORD; the wheel keeps its name, so pip installs it as usual.
 """
@@ -46,8 +47,8 @@ class BundleError(SystemExit):
     """A bundle that cannot be made as asked; the message says which package and what to do."""
 
 
-def _pip(*args: str) -> list[str]:
-    return [sys.executable, "-m", "pip", *args]
+def _pip(*args: str, python: str = sys.executable) -> list[str]:
+    return [python, "-m", "pip", *args]
 
 
 def wheel_name(path: Path) -> str:
@@ -133,12 +134,13 @@ class CheckResult:
 
 def resolver_check(bundle: Path, host: dict[str, str | None], requirement: str, python_version: str,
                    platforms: list[str], planned: set[str], run: Runner = subprocess.run,
-                   left_out: dict[str, str] | None = None) -> CheckResult:
+                   left_out: dict[str, str] | None = None, python: str = sys.executable) -> CheckResult:
     """Run pip's resolver offline over the bundle and stand-ins of the host's set (see the docstring).
     Host packages without a known version (`name @ url`) get no stand-in. `left_out` (name -> version)
     are packages left out of the bundle on purpose although a requirement names them (gradio, which
     openenv requires but imports only for its web UI): they get stand-ins too, their picks are counted
-    as "left-out", and the host must then install the bundle with --no-deps. Raises BundleError when
+    as "left-out", and the host must then install the bundle with --no-deps. `python` runs pip: pip
+    evaluates markers for the interpreter it runs in, so it should be the host's Python version. Raises BundleError when
     pip cannot resolve."""
     with tempfile.TemporaryDirectory() as tmp:
         standins = Path(tmp, "host")
@@ -151,7 +153,7 @@ def resolver_check(bundle: Path, host: dict[str, str | None], requirement: str, 
         cmd = _pip("install", "--dry-run", "--ignore-installed", "--no-index", "--quiet", "--target", str(Path(tmp, "t")),
                    "--find-links", str(bundle), "--find-links", str(standins),
                    "--python-version", python_version, "--implementation", "cp", "--only-binary=:all:",
-                   "--report", str(report))
+                   "--report", str(report), python=python)
         for p in platforms:
             cmd += ["--platform", p]
         got = run([*cmd, requirement], capture_output=True, text=True)

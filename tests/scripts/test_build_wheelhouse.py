@@ -6,6 +6,7 @@ No test downloads anything: the CLI tests replace the closure and forbid subproc
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -201,12 +202,14 @@ def _fake_build(monkeypatch, tmp_path, conflicts=()):
             (stage / f"{name.replace('-', '_')}-{version}-py3-none-any.whl").write_bytes(b"w" * 1000)
         return ["pydantic"]
 
-    def run(cmd, check):
+    def run(cmd, check=False, **kw):
+        if "-c" in cmd:  # --check-python's version
+            return subprocess.CompletedProcess(cmd, 0, "3.11\n" if "py311" in cmd[0] else "3.12\n", "")
         Path(cmd[cmd.index("-w") + 1], "kernelflow-0.1.0-py3-none-any.whl").write_bytes(b"k")
 
     seen = {}
 
-    def check(stage, host, requirement, python_version, platforms, planned, left_out):
+    def check(stage, host, requirement, python_version, platforms, planned, left_out, python):
         seen.update(requirement=requirement, planned=planned, left_out=left_out, wheels=sorted(p.name for p in stage.glob("*.whl")))
         return bw.wheels.CheckResult({}, tuple(conflicts))
 
@@ -217,8 +220,17 @@ def _fake_build(monkeypatch, tmp_path, conflicts=()):
     freeze = tmp_path / "host.txt"
     freeze.write_text("filelock==3.32.5\nhuggingface_hub==1.33.0\ntyping_extensions==4.16.0\n")
     out = tmp_path / "out"
-    monkeypatch.setattr(sys, "argv", ["build_wheelhouse.py", "--host-freeze", str(freeze), "--out", str(out)])
+    monkeypatch.setattr(sys, "argv", ["build_wheelhouse.py", "--host-freeze", str(freeze), "--out", str(out),
+                                      "--check-python", "py312"])
     return out, seen
+
+
+def test_build_refuses_a_check_python_of_another_version_before_downloading(monkeypatch, tmp_path):
+    out, seen = _fake_build(monkeypatch, tmp_path)
+    monkeypatch.setattr(sys, "argv", [*sys.argv[:-1], "/usr/bin/py311"])
+    monkeypatch.setattr(bw.wheels, "fetch", lambda *a: pytest.fail("downloaded"))
+    with pytest.raises(bw.wheels.BundleError, match="Python 3.11 .* host's is 3.12: pass --check-python"):
+        bw.main()
 
 
 def test_build_checks_the_staged_bundle_then_writes_it(monkeypatch, tmp_path, capsys):
