@@ -3,7 +3,7 @@
     python scripts/build_wheelhouse.py --extra env --python-version 3.12 --platform manylinux2014_x86_64 --out wheelhouse
     python scripts/build_wheelhouse.py --extra env --host-freeze scripts/hosts/h200_pip_freeze.txt --dry-run
     # on the air-gapped host:
-    pip install --no-index --find-links wheelhouse 'kernelflow[env]' (or --no-deps over wheelhouse/*.whl)
+    pip install --no-index --no-deps wheelhouse/*.whl   # --no-deps: openenv requires gradio, which is left out
 
 The dependency closure of `kernelflow[<extra>]` is read from the packages installed in the current
 environment (so the versions are exactly the ones in constraints.txt that were checked together),

@@ -38,7 +38,8 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 Runner = Callable[..., subprocess.CompletedProcess]
 # UI static files that nothing in kernelflow serves (the flows use the APIs, not the web UIs).
 UI_PREFIXES = {
-    "prefect": ("prefect/server/ui/", "prefect/server/ui_build/"),
+    # ui/ and ui-v2/ are the two UIs in the prefect 3.x wheel; *_build/ are copies made at server start
+    "prefect": ("prefect/server/ui/", "prefect/server/ui-v2/", "prefect/server/ui_build/", "prefect/server/ui_v2_build/"),
     "mlflow": ("mlflow/server/js/build/",),
 }
 
