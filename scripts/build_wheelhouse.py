@@ -25,7 +25,8 @@ The wheels are staged in a temp folder next to `--out` (scripts/wheelhouse_check
 no wheel for the target is built here from its sdist when that gives a pure-Python wheel, and refused
 by name otherwise. With `--host-freeze`, pip's resolver then installs `kernelflow[extra]` offline
 (`--dry-run --no-index`) from the stage over stand-ins of the host's packages; a host package it would
-replace that the plan did not mean to is an error, and nothing reaches `--out`. `--strip-ui` leaves the
+replace that the plan did not mean to is an error, and nothing reaches `--out`. Packages left out on
+purpose (gradio, `--skip`) get stand-ins at the version installed here; the host then installs with --no-deps. `--strip-ui` leaves the
 Prefect and MLflow web UI files out of their wheels and prints the bundle's size before and after.
 Not covered: the stand-ins carry no requirements, so a bundled replacement (e.g. filelock 4.3) is not
 checked against what the host's other packages (e.g. its torch) require of it; pip evaluates markers
@@ -277,7 +278,8 @@ def main() -> int:
 
     platforms = args.platform or ["manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64",
                                   "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux1_x86_64"]
-    found = closure(args.extra, {canonical(s) for s in args.skip}, args.python_version)
+    skip = {canonical(s) for s in args.skip}  # left out on purpose: the resolver check gets stand-ins for them
+    found = closure(args.extra, skip, args.python_version)
     wanted = found.versions
     print(f"{len(wanted)} packages for kernelflow[{args.extra}] (torch, triton, CUDA libraries and gradio excluded)")
     if args.host_freeze:
@@ -309,7 +311,7 @@ def main() -> int:
         subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(stage), str(ROOT)], check=True)
         if args.host_freeze:
             result = wheels.resolver_check(stage, host, f"{PROJECT}[{args.extra}]", args.python_version, platforms,
-                                           {c.name for c in plan.conflicts}, left_out=installed(OPTIONAL_HEAVY),
+                                           {c.name for c in plan.conflicts}, left_out=installed(OPTIONAL_HEAVY | skip),
                                            python=args.check_python)
             print("\n".join(wheels.format_check(result)))
             if result.conflicts:

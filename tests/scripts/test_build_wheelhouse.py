@@ -238,6 +238,7 @@ def test_build_checks_the_staged_bundle_then_writes_it(monkeypatch, tmp_path, ca
     assert bw.main() == 0
     assert seen["requirement"] == "kernelflow[env]" and seen["planned"] == {"filelock"}
     assert set(seen["left_out"]) <= bw.OPTIONAL_HEAVY
+
     assert "kernelflow-0.1.0-py3-none-any.whl" in seen["wheels"]  # the check sees the project's own wheel
     assert sorted(p.name for p in out.iterdir()) == seen["wheels"]
     assert "built from sdists (pure Python): pydantic" in capsys.readouterr().out
@@ -259,3 +260,11 @@ def test_build_with_strip_ui_reports_the_size_before_and_after(monkeypatch, tmp_
     assert bw.main() == 0
     text = capsys.readouterr().out
     assert "  stripped 3 UI files from x.whl\n--strip-ui: bundle 0.0 -> 0.0 MiB" in text
+
+
+def test_skipped_packages_get_resolver_standins_like_gradio(monkeypatch, tmp_path):
+    out, seen = _fake_build(monkeypatch, tmp_path)
+    monkeypatch.setattr(sys, "argv", [*sys.argv, "--skip", "Typing_Extensions"])
+    monkeypatch.setattr(bw, "installed", lambda names: {n: "1.0" for n in sorted(names)})
+    assert bw.main() == 0
+    assert "typing-extensions" in seen["left_out"] and "gradio" in seen["left_out"]
