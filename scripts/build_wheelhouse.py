@@ -3,7 +3,7 @@
     python scripts/build_wheelhouse.py --extra env --python-version 3.12 --platform manylinux2014_x86_64 --out wheelhouse
     python scripts/build_wheelhouse.py --extra env --host-freeze scripts/hosts/h200_pip_freeze.txt --dry-run
     # on the air-gapped host:
-    pip install --no-index --find-links wheelhouse 'kernelflow[env]' (or --no-deps over wheelhouse/*.whl)
+    pip install --no-index --no-deps wheelhouse/*.whl   # --no-deps: openenv requires gradio, which is left out
 
 The dependency closure of `kernelflow[<extra>]` is read from the packages installed in the current
 environment (so the versions are exactly the ones in constraints.txt that were checked together),
@@ -19,10 +19,18 @@ packages by name.
 version that fails a specifier of the closure (`plan_bundle`, a pure function). A specifier counts
 when its requirer is kernelflow, is bundled, or is on the host at the version installed here (so its
 metadata is the host's); a requirer the host has at another version brings requirements we cannot
-read offline, and those are reported as not checked. Not covered yet: a bundled replacement is not
-checked against the requirements of the host's other packages (e.g. the host's torch on filelock;
-pip's resolver check of issue #20), sdist-only packages are not built into wheels (the download
-fails on them, e.g. antlr4-python3-runtime for `--extra all`), and UI static files are not stripped.
+read offline, and those are reported as not checked.
+
+The wheels are staged in a temp folder next to `--out` (scripts/wheelhouse_check.py): a package with
+no wheel for the target is built here from its sdist when that gives a pure-Python wheel, and refused
+by name otherwise. With `--host-freeze`, pip's resolver then installs `kernelflow[extra]` offline
+(`--dry-run --no-index`) from the stage over stand-ins of the host's packages; a host package it would
+replace that the plan did not mean to is an error, and nothing reaches `--out`. Packages left out on
+purpose (gradio, `--skip`) get stand-ins at the version installed here; the host then installs with --no-deps. `--strip-ui` leaves the
+Prefect and MLflow web UI files out of their wheels and prints the bundle's size before and after.
+Not covered: the stand-ins carry no requirements, so a bundled replacement (e.g. filelock 4.3) is not
+checked against what the host's other packages (e.g. its torch) require of it; pip evaluates markers
+for the Python it runs in, so `--check-python` names one of the host's version (checked before downloading).
 
 Run it from an environment where `scripts/install.sh` installed kernelflow with all extras.
 """
@@ -33,6 +41,7 @@ import argparse
 import re
 import subprocess
 import sys
+import tempfile
 import tomllib
 from dataclasses import dataclass
 from importlib import metadata
@@ -41,6 +50,9 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its sibling module
+import wheelhouse_check as wheels  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = "kernelflow"
@@ -84,6 +96,17 @@ class Plan:
 
 def _excluded(name: str) -> bool:
     return name in HOST_PROVIDED or name in OPTIONAL_HEAVY or name.startswith(HOST_PROVIDED_PREFIXES)
+
+
+def installed(names: set[str]) -> dict[str, str]:
+    """The versions installed here of those names that are installed."""
+    found = {}
+    for name in sorted(names):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return found
 
 
 def project_requires(pyproject: Path = ROOT / "pyproject.toml") -> tuple[str, list[str]]:
@@ -248,11 +271,15 @@ def main() -> int:
     parser.add_argument("--host-freeze", type=Path, help="`pip freeze` of the host: bundle only what it lacks or conflicts")
     parser.add_argument("--out", default="wheelhouse")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit without downloading")
+    parser.add_argument("--check-python", default=sys.executable,
+                        help="a Python of the host's version with pip, for the resolver check (pip evaluates markers for it)")
+    parser.add_argument("--strip-ui", action="store_true", help="leave the Prefect and MLflow web UI files out of their wheels")
     args = parser.parse_args()
 
     platforms = args.platform or ["manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64",
                                   "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux1_x86_64"]
-    found = closure(args.extra, {canonical(s) for s in args.skip}, args.python_version)
+    skip = {canonical(s) for s in args.skip}  # left out on purpose: the resolver check gets stand-ins for them
+    found = closure(args.extra, skip, args.python_version)
     wanted = found.versions
     print(f"{len(wanted)} packages for kernelflow[{args.extra}] (torch, triton, CUDA libraries and gradio excluded)")
     if args.host_freeze:
@@ -267,17 +294,39 @@ def main() -> int:
             print(f"  {name}=={version}")
     if args.dry_run:
         return 0
+    if args.host_freeze:  # fail before downloading: a check under another Python reads other markers
+        got = subprocess.run([args.check_python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                             capture_output=True, text=True).stdout.strip()
+        if got != args.python_version:
+            raise wheels.BundleError(f"the resolver check runs under Python {got or '?'} ({args.check_python}) but the "
+                                     f"host's is {args.python_version}: pass --check-python /path/to/python{args.python_version}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(out),
-           "--python-version", args.python_version, "--implementation", "cp"]
-    for p in platforms:
-        cmd += ["--platform", p]
-    cmd += [f"{n}=={v}" for n, v in sorted(wanted.items())]
-    if wanted:
-        subprocess.run(cmd, check=True)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(out), str(ROOT)], check=True)
-    print("\n".join(size_report(out, set(wanted) | {PROJECT})))
+    # Stage in a temp folder: --out receives wheels only once pip's resolver has accepted them.
+    with tempfile.TemporaryDirectory(prefix="wheelhouse-", dir=out.parent) as tmp:
+        stage = Path(tmp)
+        built = wheels.fetch(wanted, stage, args.python_version, platforms)
+        if built:
+            print("built from sdists (pure Python): " + ", ".join(built))
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(stage), str(ROOT)], check=True)
+        if args.host_freeze:
+            result = wheels.resolver_check(stage, host, f"{PROJECT}[{args.extra}]", args.python_version, platforms,
+                                           {c.name for c in plan.conflicts}, left_out=installed(OPTIONAL_HEAVY | skip),
+                                           python=args.check_python)
+            print("\n".join(wheels.format_check(result)))
+            if result.conflicts:
+                raise wheels.BundleError("the bundle would replace host packages the plan did not mean to: "
+                                         + ", ".join(c.name for c in result.conflicts) + "; nothing written to "
+                                         f"{out}. Add them to the host list or --skip their requirers.")
+        names = set(wanted) | {PROJECT}
+        if args.strip_ui:
+            before = sum(f.stat().st_size for f in stage.glob("*.whl"))
+            print("\n".join(wheels.strip_ui(stage)))
+            after = sum(f.stat().st_size for f in stage.glob("*.whl"))
+            print(f"--strip-ui: bundle {before / 2**20:.1f} -> {after / 2**20:.1f} MiB")
+        for f in stage.glob("*.whl"):
+            f.replace(out / f.name)
+    print("\n".join(size_report(out, names)))
     return 0
 
 

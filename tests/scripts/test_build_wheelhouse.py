@@ -6,6 +6,7 @@ No test downloads anything: the CLI tests replace the closure and forbid subproc
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -192,3 +193,78 @@ def test_size_report_counts_only_this_plans_wheels(tmp_path):
     assert lines[0] == f"wheelhouse {tmp_path}: 2 wheels, 4.0 MiB; largest:"
     assert lines[1].endswith("typing_extensions-4.16.0-py3-none-any.whl") and "3.0 MiB" in lines[1]
     assert lines[-1] == f"  (1 other wheels in {tmp_path} are not part of this plan)"
+
+
+def _fake_build(monkeypatch, tmp_path, conflicts=()):
+    """main() without the network: fetch writes one wheel per package, the kernelflow build one more."""
+    def fetch(wanted, stage, python_version, platforms):
+        for name, version in wanted.items():
+            (stage / f"{name.replace('-', '_')}-{version}-py3-none-any.whl").write_bytes(b"w" * 1000)
+        return ["pydantic"]
+
+    def run(cmd, check=False, **kw):
+        if "-c" in cmd:  # --check-python's version
+            return subprocess.CompletedProcess(cmd, 0, "3.11\n" if "py311" in cmd[0] else "3.12\n", "")
+        Path(cmd[cmd.index("-w") + 1], "kernelflow-0.1.0-py3-none-any.whl").write_bytes(b"k")
+
+    seen = {}
+
+    def check(stage, host, requirement, python_version, platforms, planned, left_out, python):
+        seen.update(requirement=requirement, planned=planned, left_out=left_out, wheels=sorted(p.name for p in stage.glob("*.whl")))
+        return bw.wheels.CheckResult({}, tuple(conflicts))
+
+    monkeypatch.setattr(bw, "closure", lambda extra, skip, python_version: SMALL)
+    monkeypatch.setattr(bw.wheels, "fetch", fetch)
+    monkeypatch.setattr(bw.wheels, "resolver_check", check)
+    monkeypatch.setattr(bw.subprocess, "run", run)
+    freeze = tmp_path / "host.txt"
+    freeze.write_text("filelock==3.32.5\nhuggingface_hub==1.33.0\ntyping_extensions==4.16.0\n")
+    out = tmp_path / "out"
+    monkeypatch.setattr(sys, "argv", ["build_wheelhouse.py", "--host-freeze", str(freeze), "--out", str(out),
+                                      "--check-python", "py312"])
+    return out, seen
+
+
+def test_build_refuses_a_check_python_of_another_version_before_downloading(monkeypatch, tmp_path):
+    out, seen = _fake_build(monkeypatch, tmp_path)
+    monkeypatch.setattr(sys, "argv", [*sys.argv[:-1], "/usr/bin/py311"])
+    monkeypatch.setattr(bw.wheels, "fetch", lambda *a: pytest.fail("downloaded"))
+    with pytest.raises(bw.wheels.BundleError, match="Python 3.11 .* host's is 3.12: pass --check-python"):
+        bw.main()
+
+
+def test_build_checks_the_staged_bundle_then_writes_it(monkeypatch, tmp_path, capsys):
+    out, seen = _fake_build(monkeypatch, tmp_path)
+    assert bw.main() == 0
+    assert seen["requirement"] == "kernelflow[env]" and seen["planned"] == {"filelock"}
+    assert set(seen["left_out"]) <= bw.OPTIONAL_HEAVY
+
+    assert "kernelflow-0.1.0-py3-none-any.whl" in seen["wheels"]  # the check sees the project's own wheel
+    assert sorted(p.name for p in out.iterdir()) == seen["wheels"]
+    assert "built from sdists (pure Python): pydantic" in capsys.readouterr().out
+
+
+def test_build_writes_nothing_when_the_resolver_check_finds_a_conflict(monkeypatch, tmp_path):
+    bad = bw.wheels.Replacement("typing-extensions", "4.16.0", "4.17.0", ("pydantic: typing-extensions>=4.14",), False)
+    out, _ = _fake_build(monkeypatch, tmp_path, [bad])
+    with pytest.raises(bw.wheels.BundleError, match="would replace host packages the plan did not mean to: typing-extensions"):
+        bw.main()
+    assert list(out.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir()] != [] and not list(tmp_path.glob("wheelhouse-*"))  # stage removed
+
+
+def test_build_with_strip_ui_reports_the_size_before_and_after(monkeypatch, tmp_path, capsys):
+    out, _ = _fake_build(monkeypatch, tmp_path)
+    monkeypatch.setattr(sys, "argv", [*sys.argv, "--strip-ui"])
+    monkeypatch.setattr(bw.wheels, "strip_ui", lambda stage: ["  stripped 3 UI files from x.whl"])
+    assert bw.main() == 0
+    text = capsys.readouterr().out
+    assert "  stripped 3 UI files from x.whl\n--strip-ui: bundle 0.0 -> 0.0 MiB" in text
+
+
+def test_skipped_packages_get_resolver_standins_like_gradio(monkeypatch, tmp_path):
+    out, seen = _fake_build(monkeypatch, tmp_path)
+    monkeypatch.setattr(sys, "argv", [*sys.argv, "--skip", "Typing_Extensions"])
+    monkeypatch.setattr(bw, "installed", lambda names: {n: "1.0" for n in sorted(names)})
+    assert bw.main() == 0
+    assert "typing-extensions" in seen["left_out"] and "gradio" in seen["left_out"]
