@@ -26,8 +26,9 @@ no wheel for the target is built here from its sdist when that gives a pure-Pyth
 by name otherwise. With `--host-freeze`, pip's resolver then installs `kernelflow[extra]` offline
 (`--dry-run --no-index`) from the stage over stand-ins of the host's packages; a host package it would
 replace that the plan did not mean to is an error, and nothing reaches `--out`. Packages left out on
-purpose (gradio, `--skip`) get stand-ins at the version installed here; the host then installs with --no-deps. `--strip-ui` leaves the
-Prefect and MLflow web UI files out of their wheels and prints the bundle's size before and after.
+purpose (gradio, `--skip`) get stand-ins at the version installed here; the host then installs with
+--no-deps. `--strip-ui` leaves the Prefect and MLflow web UI files out of their wheels and prints the
+bundle's size before and after.
 Not covered: the stand-ins carry no requirements, so a bundled replacement (e.g. filelock 4.3) is not
 checked against what the host's other packages (e.g. its torch) require of it; pip evaluates markers
 for the Python it runs in, so `--check-python` names one of the host's version (checked before downloading).

@@ -28,9 +28,9 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
@@ -105,7 +105,8 @@ def make_standin(name: str, version: str, folder: Path) -> Path:
     path = folder / f"{dist}-py3-none-any.whl"
     files = {
         f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-        f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: kernelflow-standin\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{dist}.dist-info/WHEEL": ("Wheel-Version: 1.0\nGenerator: kernelflow-standin\nRoot-Is-Purelib: true\n"
+                                     "Tag: py3-none-any\n"),
     }
     with zipfile.ZipFile(path, "w") as zf:
         for arc, text in files.items():

@@ -210,7 +210,8 @@ def _fake_build(monkeypatch, tmp_path, conflicts=()):
     seen = {}
 
     def check(stage, host, requirement, python_version, platforms, planned, left_out, python):
-        seen.update(requirement=requirement, planned=planned, left_out=left_out, wheels=sorted(p.name for p in stage.glob("*.whl")))
+        seen.update(requirement=requirement, planned=planned, left_out=left_out,
+                    wheels=sorted(p.name for p in stage.glob("*.whl")))
         return bw.wheels.CheckResult({}, tuple(conflicts))
 
     monkeypatch.setattr(bw, "closure", lambda extra, skip, python_version: SMALL)

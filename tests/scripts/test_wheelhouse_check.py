@@ -26,7 +26,8 @@ def make_wheel(folder: Path, name: str, version: str, requires=(), files=None, t
     """A tiny wheel with METADATA (and Requires-Dist), WHEEL, the given files and a full RECORD."""
     dist = f"{name.replace('-', '_')}-{version}"
     meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
-    meta += "".join(f"Provides-Extra: {e}\n" for e in sorted({r.split("extra == '")[1][:-1] for r in requires if "extra ==" in r}))
+    extras = sorted({r.split("extra == '")[1][:-1] for r in requires if "extra ==" in r})
+    meta += "".join(f"Provides-Extra: {e}\n" for e in extras)
     entries = {**(files or {}), f"{dist}.dist-info/METADATA": meta,
                f"{dist}.dist-info/WHEEL": f"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: {tag}\n"}
     path = folder / f"{dist}-{tag}.whl"
@@ -75,7 +76,8 @@ def test_fetch_builds_a_pure_python_sdist_into_a_wheel(tmp_path):
     pip = FakePip(wheels={"pyyaml"}, sdists={"antlr4-python3-runtime": "py3-none-any"})
     built = wc.fetch({"pyyaml": "6.0", "antlr4-python3-runtime": "4.9.3"}, tmp_path, "3.12", ["manylinux2014_x86_64"], pip)
     assert built == ["antlr4-python3-runtime"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["antlr4_python3_runtime-1.0-py3-none-any.whl", "pyyaml-1.0-py3-none-any.whl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["antlr4_python3_runtime-1.0-py3-none-any.whl",
+                                                          "pyyaml-1.0-py3-none-any.whl"]
     assert len(pip.calls) == 5  # the batch, then per package: pyyaml's wheel, antlr4's wheel, sdist, build
     wheel_cmd = [c for c in pip.calls if c[3] == "wheel"][0]
     assert "--no-deps" in wheel_cmd
