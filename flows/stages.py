@@ -30,8 +30,9 @@ from flows import provenance, results
 from flows.config import ExperimentConfig
 from flows.endpoint import Endpoint, server_config_json
 from flows.run_dir import RunDir, config_hash, read_json, split_settings, write_json
-from flows.tracking import Tracker
+from flows.tracking import NOTE_TAG, Tracker
 from flows.transcripts import Recorder
+from kernelflow.eval import Status
 
 FAIL_ENV_VAR = "KERNELFLOW_FAIL_STAGE"
 
@@ -108,6 +109,8 @@ def provenance_stage(ctx: RunContext) -> dict:
         placement = {f"config.{k}": v for k, v in placement.items()}
         for rid in (tracker.parent_id, run_id):
             tracker.set_tags(rid, tags)
+        tracker.set_tags(tracker.parent_id, {**provenance.mlflow_source_tags(tags),
+                                             NOTE_TAG: provenance.run_note(cfg, run.path.name, tags)})
         tracker.set_tags(tracker.parent_id, placement)  # where it ran may change between attempts: tags, not params
         tracker.log_params(tracker.parent_id, result_keys)
         d = run.stage_dir("provenance")
@@ -227,7 +230,7 @@ def epoch_stage(ctx: RunContext, epoch: int) -> dict:
         meta = read_json(info.path / "trainer_state.json")
         adapter = provenance.adapter_tags(meta.get("weight_sha256", {}))
         for m in updates:  # logged once the epoch is complete, so a redone epoch never logs a step twice
-            scalars = m.scalars()
+            scalars = dense_statuses(m.scalars())
             tracker.log_metrics(run_id, scalars, step=m.update)
             tracker.log_metrics(tracker.parent_id, {f"train/{k}": v for k, v in scalars.items()}, step=m.update)
         tracker.set_tags(run_id, {**adapter, "checkpoint": str(info.path)})
@@ -241,6 +244,12 @@ def epoch_stage(ctx: RunContext, epoch: int) -> dict:
                 **counts}
 
     return run_stage(ctx, stage, body)
+
+
+def dense_statuses(scalars: dict[str, float]) -> dict[str, float]:
+    """An update's scalars with `status_<s>` for every verdict status, 0 where none had it, so a chart
+    of a status has a point at every step instead of interpolating over the updates without it."""
+    return {**{f"status_{s.value}": 0.0 for s in Status}, **scalars}
 
 
 @task(name="seed-validation", task_run_name="seed_validation", cache_policy=NO_CACHE)
@@ -270,6 +279,16 @@ def validation_stage(ctx: RunContext) -> dict:
         return {"solved": outcome["solved"], "validated": outcome["validated"], **counts}
 
     return run_stage(ctx, "seed_validation", body)
+
+
+def headline(run: RunDir) -> str:
+    """The report's headline: tasks correct by the 2nd attempt before and after training, per group."""
+    stages = run.state()["stages"]
+    before = stages.get("baseline_eval", {}).get("summary", {}).get("groups", {})
+    after = stages.get("trained_eval", {}).get("summary", {}).get("groups", {})
+    parts = [f"{g} {before[g]['correct']}/{c['tasks']} -> {c['correct']}/{c['tasks']}"
+             for g, c in after.items() if g in before]
+    return ("tasks correct by the 2nd attempt, before -> after training: " + ", ".join(parts)) if parts else ""
 
 
 def validate(recorder: Recorder, endpoint: Endpoint, records: list[dict], seeds: list[int], shape: str,
@@ -314,6 +333,8 @@ def report_stage(ctx: RunContext) -> dict:
         cfg, run, tracker = ctx.config, ctx.run, ctx.tracker
         rendered = report.write_report(run, cfg, mlflow_run=tracker.run_url())
         tracker.log_metrics(tracker.parent_id, rendered.metrics)
+        tags = read_json(run.stage_dir("provenance") / "provenance.json")
+        tracker.set_tags(tracker.parent_id, {NOTE_TAG: provenance.run_note(cfg, run.path.name, tags, headline(run))})
         tracker.log_artifacts(run_id, run.report_dir, "report")
         tracker.log_artifacts(tracker.parent_id, run.report_dir, "report")
         if cfg.tracking.prefect_artifacts:
