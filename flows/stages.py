@@ -2,7 +2,8 @@
 validation, report.
 
 Each task runs one stage of one run (`RunContext`): it is skipped when the run's state says it is
-complete, and otherwise runs inside its nested MLflow run, writes its files to `<run>/<stage>/`,
+complete (its task run then ends in a Completed state named "Skipped", saying which attempt did it),
+and otherwise runs inside its nested MLflow run, writes its files to `<run>/<stage>/`,
 logs its metrics and artifacts, and marks itself complete last, so a kill at any point leaves the
 stage to be redone, never half-counted. Every submission goes through the environment endpoint and is
 recorded (`transcripts.py`).
@@ -25,6 +26,7 @@ from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
+from prefect.states import Completed, State
 
 from flows import provenance, results
 from flows.config import ExperimentConfig
@@ -35,6 +37,7 @@ from flows.transcripts import Recorder
 from kernelflow.eval import Status
 
 FAIL_ENV_VAR = "KERNELFLOW_FAIL_STAGE"
+SKIPPED = "Skipped"  # the state name of a stage's task run when an earlier attempt completed it
 
 
 class InjectedFailure(RuntimeError):
@@ -81,18 +84,27 @@ class RunContext:
         return self._loop
 
 
-def run_stage(ctx: RunContext, stage: str, body: Callable[[str], dict]) -> dict:
-    """Skip a completed stage; else run `body(mlflow_run_id)` in its nested run and mark it complete."""
+def run_stage(ctx: RunContext, stage: str, body: Callable[[str], dict]) -> dict | State:
+    """Skip a completed stage; else run `body(mlflow_run_id)` in its nested run and mark it complete.
+
+    A skipped stage returns a Prefect state, Completed named "Skipped" with the message "skipped: done
+    in attempt N" and the stage's summary as its result, so its task run shows what happened (Prefect 3
+    has no Skipped or Cached state of its own; a returned state is the task run's final state). Its
+    MLflow run is left untouched.
+    """
+    entry = ctx.run.state()["stages"].get(stage, {})
     if ctx.run.completed(stage):
-        print(f"stage {stage}: already completed in {ctx.run.path}; skipped")
-        return ctx.run.state()["stages"][stage].get("summary", {})
+        n = entry.get("run_attempt")
+        message = f"skipped: done in attempt {n}" if n else "skipped: done in an earlier attempt"
+        print(f"stage {stage}: already completed in {ctx.run.path}; {message}")
+        return Completed(name=SKIPPED, message=message, data=entry.get("summary", {}))
     ctx.stage = stage
     ctx.run.start_stage(stage)
     with ctx.tracker.stage(stage) as run_id:
         if os.environ.get(FAIL_ENV_VAR) == stage:
             raise InjectedFailure(f"injected failure at stage {stage} ({FAIL_ENV_VAR}={stage})")
         summary = body(run_id)
-    ctx.run.finish_stage(stage, summary=summary)
+    ctx.run.finish_stage(stage, summary=summary, run_attempt=ctx.run.state().get("attempts"))
     ctx.stage = None
     return summary
 

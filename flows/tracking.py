@@ -136,6 +136,11 @@ class Tracker:
         self.client.set_terminated(run_id, status="FINISHED")
 
     def fail(self, stage: str, exc: BaseException) -> None:
+        """Mark the parent FAILED with the cause; a parent that already FINISHED is left as it is."""
+        if self.parent_finished():
+            log.warning("MLflow run %s already finished; %s at %s is not recorded on it", self.parent_id,
+                        describe(exc), stage)
+            return
         self.set_tags(self.parent_id, {"kernelflow.failed_stage": stage, "kernelflow.failure": describe(exc),
                                        "kernelflow.status": "failed"})
         self.client.set_terminated(self.parent_id, status="FAILED")
