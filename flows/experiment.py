@@ -8,8 +8,11 @@ is also a nested MLflow run under the run's parent (tracking.py). The flow start
 environment server unless `env.url` names one (endpoint.py) and stops it at the end.
 
 Running the same command again continues the same run (its directory is `<runs_root>/<name>-<config
-hash>`): completed stages and epochs are skipped, the trainer resumes from the last checkpoint, and
-MLflow runs are reused. A failing stage marks the run failed with its cause (run state, MLflow tags,
+hash>`): completed stages and epochs are skipped (each still a task run, in a Completed state named
+"Skipped" that says which attempt did it), the trainer resumes from the last checkpoint, and MLflow
+runs are reused (a parent run that already FINISHED keeps its end time). The flow run is named
+`<run>-attempt-<n>`, tagged with the experiment, config hash and seed, and holds a link artifact to
+the MLflow parent run. A failing stage marks the run failed with its cause (run state, MLflow tags,
 the Prefect flow run) and the command exits 1 saying how to resume. `dry_run=true` prints the plan
 and exits without loading a model or starting anything.
 
@@ -22,18 +25,19 @@ import json
 import logging
 import os
 import sys
+from contextlib import nullcontext
 from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
-from prefect import flow
+from prefect import flow, tags
 
 from flows.config import REDACTED, ExperimentConfig, from_parameters, register, to_container, to_experiment_config
 from flows.endpoint import open_endpoint
 from flows.plan import render_plan, stages
 from flows.results import SAMPLED_STAGES
-from flows.run_dir import COMPLETED, RUNNING, RunDir, run_name, runs_root
+from flows.run_dir import COMPLETED, RUNNING, RunDir, config_hash, run_name, runs_root
 from flows.schema import ConfigError
 from flows.stages import (
     RunContext,
@@ -71,13 +75,16 @@ def experiment_flow(config: dict[str, Any], overrides: list[str] | None = None) 
         except Exception as exc:
             run.fail_run("tracking", describe(exc))
             raise
-        if all(run.completed(s) for s in stages(cfg)):
-            print(f"every stage of {run.path.name} is already complete; nothing to do")
-            tracker.finish()
-            return _summary(run, tracker)
+        publish_mlflow_link(cfg, tracker)
         ctx = RunContext(cfg, run, tracker)
+        done = all(run.completed(s) for s in stages(cfg))
+        if done:  # every stage still gets its (skipped) task run, so the flow run shows what the run holds
+            print(f"every stage of {run.path.name} is already complete; nothing to do")
         try:
-            with open_endpoint(cfg.env, run.path / "env_server.log", run.path / "env_server.pid") as endpoint:
+            # a complete run needs no environment server: every stage is skipped before it would use one
+            endpoint_cm = nullcontext(None) if done else open_endpoint(cfg.env, run.path / "env_server.log",
+                                                                       run.path / "env_server.pid")
+            with endpoint_cm as endpoint:
                 ctx.endpoint = endpoint
                 provenance_stage(ctx)
                 eval_stage(ctx, "baseline_eval")
@@ -109,12 +116,41 @@ def _summary(run: RunDir, tracker: Tracker) -> dict[str, Any]:
             "parent_run_id": tracker.parent_id}
 
 
+def flow_run_name(config: ExperimentConfig) -> str:
+    """`<run>-attempt-<n>`: the run directory's name and the attempt this flow run will be."""
+    path = runs_root(config) / run_name(config)
+    attempts = RunDir(path).state().get("attempts", 0) if (path / "state.json").is_file() else 0
+    return f"{run_name(config)}-attempt-{attempts + 1}"
+
+
+def flow_run_tags(config: ExperimentConfig) -> list[str]:
+    """The flow run's Prefect tags: experiment, config hash (12 digits, as in the run's name) and seed."""
+    return [f"experiment:{config.name}", f"config:{config_hash(config)[:12]}", f"seed:{config.trainer.seed}",
+            "kernelflow"]
+
+
+def publish_mlflow_link(config: ExperimentConfig, tracker: Tracker) -> None:
+    """A Prefect link artifact of the flow run pointing at the MLflow parent run (model-training view)."""
+    if not config.tracking.prefect_artifacts:
+        return
+    from prefect.artifacts import create_link_artifact
+
+    from flows.report import artifact_key
+
+    server = tracker.uri if tracker.uri.startswith("http") else "http://127.0.0.1:5000"
+    how = "" if tracker.uri.startswith("http") else f" (start it with: mlflow ui --backend-store-uri {tracker.uri})"
+    create_link_artifact(link=tracker.ui_url(server), link_text=f"MLflow run {tracker.parent_id}",
+                         key=artifact_key(f"kernelflow-mlflow-{tracker.run.path.name}"),
+                         description=f"The MLflow parent run of {tracker.run.path.name}{how}")
+
+
 def run_experiment(config: ExperimentConfig, overrides: list[str] | None = None) -> dict[str, Any]:
     """Run the flow for a typed config (the token travels in $KERNELFLOW_ENV_TOKEN, never as a parameter)."""
     if config.env.token:
         os.environ[TOKEN_ENV_VAR] = config.env.token
-    named = experiment_flow.with_options(flow_run_name=run_name(config))
-    return named(to_container(config), redact_overrides(list(overrides or [])))
+    named = experiment_flow.with_options(flow_run_name=flow_run_name(config))
+    with tags(*flow_run_tags(config)):
+        return named(to_container(config), redact_overrides(list(overrides or [])))
 
 
 def failure_message(config: ExperimentConfig, exc: BaseException) -> str:

@@ -5,6 +5,9 @@ the task suite (its hash and the KernelBench revision), package versions, Python
 driver, CUDA; "none" without one), the base model id and revision, the seeds, the evaluator version,
 and what the environment server reported (backend, device, its configuration hash).
 `adapter_tags(weight_sha256)` adds the trained adapter's weight hashes once a checkpoint exists.
+`mlflow_source_tags(tags)` spells the git state in MLflow's own system tags (`mlflow.source.git.commit`,
+`.branch`, `mlflow.source.name`/`type`), which the MLflow UI shows on the run page; `run_note` is the
+run's description (`mlflow.note.content`).
 
 Nothing here fails a run: a probe that cannot answer (no git, no nvidia-smi) records "unknown".
 This module reads the machine; it does not log (stages.py sends the tags to MLflow).
@@ -45,7 +48,38 @@ def git_state(root: Path | None = None) -> dict[str, str]:
     if sha is None:
         return {"git.sha": UNKNOWN, "git.dirty": UNKNOWN}
     status = _run(["git", "status", "--porcelain", "--untracked-files=no"], root)
-    return {"git.sha": sha, "git.dirty": UNKNOWN if status is None else str(bool(status)).lower()}
+    branch = _run(["git", "rev-parse", "--abbrev-ref", "HEAD"], root)  # "HEAD" when detached
+    return {"git.sha": sha, "git.dirty": UNKNOWN if status is None else str(bool(status)).lower(),
+            "git.branch": branch or UNKNOWN}
+
+
+def mlflow_source_tags(tags: dict[str, str]) -> dict[str, str]:
+    """MLflow's system tags for the code that ran, from `collect`'s git tags (none without git)."""
+    out = {"mlflow.source.name": "flows.experiment", "mlflow.source.type": "LOCAL"}
+    if tags.get("git.sha", UNKNOWN) != UNKNOWN:
+        out["mlflow.source.git.commit"] = tags["git.sha"]
+    if tags.get("git.branch", UNKNOWN) not in (UNKNOWN, "HEAD"):
+        out["mlflow.source.git.branch"] = tags["git.branch"]
+    return out
+
+
+def run_note(config: ExperimentConfig, run_name: str, tags: dict[str, str], headline: str = "") -> str:
+    """The parent run's description (markdown): what ran, from which code and config, and its headline."""
+    t = config.trainer
+    lines = [
+        f"**kernelflow experiment `{config.name}`**, run `{run_name}`",
+        "",
+        f"- policy: {tags.get('model.id', config.model.source)} + LoRA r{config.lora.r}; {t.epochs} epoch(s) of "
+        f"{t.estimator} over {len(config.tasks.train)} training task(s), {len(config.tasks.all)} task(s) evaluated",
+        f"- config hash `{tags.get('config.hash', UNKNOWN)}`; git `{tags.get('git.sha', UNKNOWN)}` "
+        f"(dirty {tags.get('git.dirty', UNKNOWN)}); evaluator {tags.get('evaluator.version', UNKNOWN)}, "
+        f"backend {tags.get('env.backend', UNKNOWN)}, gpu {tags.get('gpu.name', UNKNOWN)}",
+    ]
+    if config.is_tiny:
+        lines.append("- the policy was built here (tiny or synthetic SFT): its numbers say nothing about a real model")
+    if headline:
+        lines += ["", f"**Result:** {headline}"]
+    return "\n".join(lines)
 
 
 def package_versions() -> dict[str, str]:

@@ -2,7 +2,8 @@
 validation, report.
 
 Each task runs one stage of one run (`RunContext`): it is skipped when the run's state says it is
-complete, and otherwise runs inside its nested MLflow run, writes its files to `<run>/<stage>/`,
+complete (its task run then ends in a Completed state named "Skipped", saying which attempt did it),
+and otherwise runs inside its nested MLflow run, writes its files to `<run>/<stage>/`,
 logs its metrics and artifacts, and marks itself complete last, so a kill at any point leaves the
 stage to be redone, never half-counted. Every submission goes through the environment endpoint and is
 recorded (`transcripts.py`).
@@ -25,15 +26,18 @@ from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
+from prefect.states import Completed, State
 
 from flows import provenance, results
 from flows.config import ExperimentConfig
 from flows.endpoint import Endpoint, server_config_json
 from flows.run_dir import RunDir, config_hash, read_json, split_settings, write_json
-from flows.tracking import Tracker
+from flows.tracking import NOTE_TAG, Tracker
 from flows.transcripts import Recorder
+from kernelflow.eval import Status
 
 FAIL_ENV_VAR = "KERNELFLOW_FAIL_STAGE"
+SKIPPED = "Skipped"  # the state name of a stage's task run when an earlier attempt completed it
 
 
 class InjectedFailure(RuntimeError):
@@ -80,18 +84,27 @@ class RunContext:
         return self._loop
 
 
-def run_stage(ctx: RunContext, stage: str, body: Callable[[str], dict]) -> dict:
-    """Skip a completed stage; else run `body(mlflow_run_id)` in its nested run and mark it complete."""
+def run_stage(ctx: RunContext, stage: str, body: Callable[[str], dict]) -> dict | State:
+    """Skip a completed stage; else run `body(mlflow_run_id)` in its nested run and mark it complete.
+
+    A skipped stage returns a Prefect state, Completed named "Skipped" with the message "skipped: done
+    in attempt N" and the stage's summary as its result, so its task run shows what happened (Prefect 3
+    has no Skipped or Cached state of its own; a returned state is the task run's final state). Its
+    MLflow run is left untouched.
+    """
+    entry = ctx.run.state()["stages"].get(stage, {})
     if ctx.run.completed(stage):
-        print(f"stage {stage}: already completed in {ctx.run.path}; skipped")
-        return ctx.run.state()["stages"][stage].get("summary", {})
+        n = entry.get("run_attempt")
+        message = f"skipped: done in attempt {n}" if n else "skipped: done in an earlier attempt"
+        print(f"stage {stage}: already completed in {ctx.run.path}; {message}")
+        return Completed(name=SKIPPED, message=message, data=entry.get("summary", {}))
     ctx.stage = stage
     ctx.run.start_stage(stage)
     with ctx.tracker.stage(stage) as run_id:
         if os.environ.get(FAIL_ENV_VAR) == stage:
             raise InjectedFailure(f"injected failure at stage {stage} ({FAIL_ENV_VAR}={stage})")
         summary = body(run_id)
-    ctx.run.finish_stage(stage, summary=summary)
+    ctx.run.finish_stage(stage, summary=summary, run_attempt=ctx.run.state().get("attempts"))
     ctx.stage = None
     return summary
 
@@ -108,6 +121,8 @@ def provenance_stage(ctx: RunContext) -> dict:
         placement = {f"config.{k}": v for k, v in placement.items()}
         for rid in (tracker.parent_id, run_id):
             tracker.set_tags(rid, tags)
+        tracker.set_tags(tracker.parent_id, {**provenance.mlflow_source_tags(tags),
+                                             NOTE_TAG: provenance.run_note(cfg, run.path.name, tags)})
         tracker.set_tags(tracker.parent_id, placement)  # where it ran may change between attempts: tags, not params
         tracker.log_params(tracker.parent_id, result_keys)
         d = run.stage_dir("provenance")
@@ -227,7 +242,7 @@ def epoch_stage(ctx: RunContext, epoch: int) -> dict:
         meta = read_json(info.path / "trainer_state.json")
         adapter = provenance.adapter_tags(meta.get("weight_sha256", {}))
         for m in updates:  # logged once the epoch is complete, so a redone epoch never logs a step twice
-            scalars = m.scalars()
+            scalars = dense_statuses(m.scalars())
             tracker.log_metrics(run_id, scalars, step=m.update)
             tracker.log_metrics(tracker.parent_id, {f"train/{k}": v for k, v in scalars.items()}, step=m.update)
         tracker.set_tags(run_id, {**adapter, "checkpoint": str(info.path)})
@@ -241,6 +256,12 @@ def epoch_stage(ctx: RunContext, epoch: int) -> dict:
                 **counts}
 
     return run_stage(ctx, stage, body)
+
+
+def dense_statuses(scalars: dict[str, float]) -> dict[str, float]:
+    """An update's scalars with `status_<s>` for every verdict status, 0 where none had it, so a chart
+    of a status has a point at every step instead of interpolating over the updates without it."""
+    return {**{f"status_{s.value}": 0.0 for s in Status}, **scalars}
 
 
 @task(name="seed-validation", task_run_name="seed_validation", cache_policy=NO_CACHE)
@@ -270,6 +291,16 @@ def validation_stage(ctx: RunContext) -> dict:
         return {"solved": outcome["solved"], "validated": outcome["validated"], **counts}
 
     return run_stage(ctx, "seed_validation", body)
+
+
+def headline(run: RunDir) -> str:
+    """The report's headline: tasks correct by the 2nd attempt before and after training, per group."""
+    stages = run.state()["stages"]
+    before = stages.get("baseline_eval", {}).get("summary", {}).get("groups", {})
+    after = stages.get("trained_eval", {}).get("summary", {}).get("groups", {})
+    parts = [f"{g} {before[g]['correct']}/{c['tasks']} -> {c['correct']}/{c['tasks']}"
+             for g, c in after.items() if g in before]
+    return ("tasks correct by the 2nd attempt, before -> after training: " + ", ".join(parts)) if parts else ""
 
 
 def validate(recorder: Recorder, endpoint: Endpoint, records: list[dict], seeds: list[int], shape: str,
@@ -314,6 +345,8 @@ def report_stage(ctx: RunContext) -> dict:
         cfg, run, tracker = ctx.config, ctx.run, ctx.tracker
         rendered = report.write_report(run, cfg, mlflow_run=tracker.run_url())
         tracker.log_metrics(tracker.parent_id, rendered.metrics)
+        tags = read_json(run.stage_dir("provenance") / "provenance.json")
+        tracker.set_tags(tracker.parent_id, {NOTE_TAG: provenance.run_note(cfg, run.path.name, tags, headline(run))})
         tracker.log_artifacts(run_id, run.report_dir, "report")
         tracker.log_artifacts(tracker.parent_id, run.report_dir, "report")
         if cfg.tracking.prefect_artifacts:

@@ -8,7 +8,14 @@ Run ids are kept in the run directory's state, so a resumed run logs into the sa
 into the same nested run of a stage that failed before: re-running after a kill never duplicates
 runs. A stage run is FINISHED when its stage completes and FAILED (tags `kernelflow.error`) when it
 raises; the parent is FAILED with `kernelflow.failed_stage` and `kernelflow.failure` until a later
-attempt completes. Everything goes through an explicit `MlflowClient` (no fluent global state).
+attempt completes, which deletes both tags (a good run carries no empty failure tags). A parent that
+is already FINISHED is never reopened or re-ended, so its duration stays that of the run that
+finished it. Everything goes through an explicit `MlflowClient` (no fluent global state).
+
+The experiment is created with `mlflow.experimentKind=custom_model_development` (the tag MLflow 3's
+UI reads for an experiment's kind: a model-training experiment, not a GenAI one). MLflow 3.17's UI
+also keeps a per-browser GenAI / model-training switch (localStorage, GenAI by default) that it does
+not reconcile with the tag, so `run_url` carries `?workflowType=machine_learning` as well.
 
 This module logs what it is given; what is logged per stage is decided in `stages.py`.
 """
@@ -32,6 +39,11 @@ RUN_TAG = "kernelflow.run"  # the run directory's name, on the parent and every 
 STAGE_TAG = "kernelflow.stage"
 MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
 MAX_TAG_CHARS = 5000
+NOTE_TAG = "mlflow.note.content"  # the run's description in the MLflow UI (markdown)
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"  # MLflow 3's name for a model-training experiment
+FAILURE_TAGS = ("kernelflow.failed_stage", "kernelflow.failure")
+UI_QUERY = "?workflowType=machine_learning"  # MLflow 3.17's UI: open in the model-training view
 
 
 def tracking_uri(config: ExperimentConfig) -> str:
@@ -60,11 +72,14 @@ class Tracker:
         name = self.config.tracking.experiment
         exp = self.client.get_experiment_by_name(name)
         if exp is not None:
+            if EXPERIMENT_KIND_TAG not in exp.tags:  # created before the tag was set: mark it once
+                self.client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
             return exp.experiment_id
         location = None
         if not self.config.tracking.uri:  # embedded store: artifacts beside the database
             location = (runs_root(self.config) / "mlartifacts").as_uri()
-        return self.client.create_experiment(name, artifact_location=location)
+        return self.client.create_experiment(name, artifact_location=location,
+                                             tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
 
     def _existing(self, run_id: str | None) -> str | None:
         if not run_id:
@@ -75,6 +90,7 @@ class Tracker:
             return None
 
     def _parent(self, reopen: bool) -> str:
+        """The parent run: reused when it exists; RUNNING again if `reopen` and it did not finish."""
         ids = self.run.mlflow_ids()
         same_store = ids.get("tracking_uri") == self.uri
         parent = self._existing(ids.get("parent_run_id")) if same_store else None
@@ -84,9 +100,13 @@ class Tracker:
             ).info.run_id
             self.run.set_mlflow_ids(tracking_uri=self.uri, experiment_id=self.experiment_id, parent_run_id=parent,
                                     stage_runs={})
-        elif reopen:
+        elif reopen and not self.parent_finished(parent):
             self.client.update_run(parent, status="RUNNING")
         return parent
+
+    def parent_finished(self, parent: str | None = None) -> bool:
+        """Whether the parent run already ended FINISHED (then it is left as it is, end time included)."""
+        return self.client.get_run(parent or self.parent_id).info.status == "FINISHED"
 
     def stage_run(self, stage: str) -> str:
         """The nested run of `stage` (the same one on every attempt)."""
@@ -116,13 +136,24 @@ class Tracker:
         self.client.set_terminated(run_id, status="FINISHED")
 
     def fail(self, stage: str, exc: BaseException) -> None:
+        """Mark the parent FAILED with the cause; a parent that already FINISHED is left as it is."""
+        if self.parent_finished():
+            log.warning("MLflow run %s already finished; %s at %s is not recorded on it", self.parent_id,
+                        describe(exc), stage)
+            return
         self.set_tags(self.parent_id, {"kernelflow.failed_stage": stage, "kernelflow.failure": describe(exc),
                                        "kernelflow.status": "failed"})
         self.client.set_terminated(self.parent_id, status="FAILED")
 
     def finish(self) -> None:
-        self.set_tags(self.parent_id, {"kernelflow.failed_stage": "", "kernelflow.failure": "",
-                                       "kernelflow.status": "completed"})
+        """End the parent FINISHED, dropping an earlier attempt's failure tags; a finished parent is left alone."""
+        if self.parent_finished():
+            return
+        tags = self.client.get_run(self.parent_id).data.tags
+        for key in FAILURE_TAGS:
+            if key in tags:
+                self.client.delete_tag(self.parent_id, key)
+        self.set_tags(self.parent_id, {"kernelflow.status": "completed"})
         self.client.set_terminated(self.parent_id, status="FINISHED")
 
     # -- logging -----------------------------------------------------------------------------------
@@ -135,18 +166,25 @@ class Tracker:
             self.client.log_batch(run_id, params=items[i : i + 100])
 
     def set_tags(self, run_id: str, tags: Mapping[str, Any]) -> None:
+        """Set tags; one whose value is None or empty is not set (an empty tag says nothing)."""
         from mlflow.entities import RunTag
 
-        items = [RunTag(k, str(v)[:MAX_TAG_CHARS]) for k, v in sorted(tags.items())]
+        items = [RunTag(k, str(v)[:MAX_TAG_CHARS]) for k, v in sorted(tags.items()) if v is not None and str(v) != ""]
         for i in range(0, len(items), 100):
             self.client.log_batch(run_id, tags=items[i : i + 100])
 
     def log_metrics(self, run_id: str, metrics: Mapping[str, float | None], step: int = 0) -> None:
-        """Log numbers (None becomes NaN, so every expected key exists even when a value does not)."""
+        """Log the defined numbers; a value that is None, NaN or infinite is skipped, not logged.
+
+        So a metric that has no value (an untimed kernel's runtime, the KL of a skipped update) is
+        absent at that step rather than a NaN point that charts and summaries trip over; readers
+        (flows/compare.py) already treat a missing metric as "no value".
+        """
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        items = [Metric(k, _number(v), now, step) for k, v in sorted(metrics.items())]
+        items = [Metric(k, float(v), now, step) for k, v in sorted(metrics.items())
+                 if v is not None and math.isfinite(float(v))]
         for i in range(0, len(items), 1000):
             self.client.log_batch(run_id, metrics=items[i : i + 1000])
 
@@ -161,14 +199,13 @@ class Tracker:
     def run_url(self) -> str:
         """Where to look at the parent run."""
         if self.uri.startswith("http"):
-            return f"{self.uri.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.parent_id}"
-        return f"run {self.parent_id} in {self.uri} (browse: mlflow ui --backend-store-uri {self.uri})"
+            return self.ui_url(self.uri)
+        return (f"run {self.parent_id} in {self.uri} (browse: mlflow ui --backend-store-uri {self.uri}, "
+                f"then {self.ui_url('http://127.0.0.1:5000')})")
 
-
-def _number(value: float | None) -> float:
-    if value is None:
-        return math.nan
-    return float(value)
+    def ui_url(self, server: str) -> str:
+        """The parent run's page on the MLflow UI at `server`, in the model-training view."""
+        return f"{server.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.parent_id}{UI_QUERY}"
 
 
 def describe(exc: BaseException) -> str:
