@@ -7,6 +7,7 @@ import argparse
 import json
 import logging
 import re
+import time
 
 import pytest
 from fastapi.testclient import TestClient
@@ -180,12 +181,20 @@ def test_input_the_environment_refuses_is_a_validation_error_naming_the_field():
 
 def test_an_unfinished_episode_is_logged_as_abandoned(caplog):
     caplog.set_level(logging.INFO, logger="kernelflow.env.server.environment")
-    with client_for(EnvServerConfig()) as client, client.websocket_connect("/ws") as ws:
-        for frame in ({"type": "reset", "data": {"task_id": "19_ReLU"}}, {"type": "step", "data": {"code": "wrong"}},
-                      {"type": "reset", "data": {"task_id": "22_Tanh"}}):
-            ws.send_text(json.dumps(frame))
-            ws.receive_text()
-    ends = [r.getMessage() for r in caplog.records if r.getMessage().startswith("episode end")]
+    def ends() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.getMessage().startswith("episode end")]
+
+    with client_for(EnvServerConfig()) as client:
+        with client.websocket_connect("/ws") as ws:
+            for frame in ({"type": "reset", "data": {"task_id": "19_ReLU"}}, {"type": "step", "data": {"code": "wrong"}},
+                          {"type": "reset", "data": {"task_id": "22_Tanh"}}):
+                ws.send_text(json.dumps(frame))
+                ws.receive_text()
+        # the server handles the close after the client has left: wait for it while the app still runs
+        deadline = time.monotonic() + 30
+        while len(ends()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    ends = ends()
     assert [e.split(", episode ")[0] for e in ends] == [
         "episode end: task 19_ReLU abandoned after 1 of 2 turns by a new reset",
         "episode end: task 22_Tanh abandoned after 0 of 2 turns by the session's end",

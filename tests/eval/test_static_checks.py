@@ -520,9 +520,11 @@ def test_deep_nesting_is_rejected_cleanly(depth):
 def test_pathological_unfenced_answer_does_not_crash_the_code_extractor():
     from kernelflow.tasks import extract_code, pysource
 
-    for text in ("+".join(["1"] * 100_000), "-" * 100_000 + "1", "x = 1\x00", "#" * 300_000 + "\nclass A: pass"):
-        assert extract_code(text) is None  # no_code, never an exception out of the judge
-        with pytest.raises(SyntaxError):
+    code_like = "#" * 300_000 + "\nclass A: pass"
+    for text in ("+".join(["1"] * 100_000), "-" * 100_000 + "1", "x = 1\x00", code_like):
+        # no_code, or (a line that looks like code) handed on to be judged: never an exception out of the judge
+        assert extract_code(text) is (code_like if text is code_like else None)
+        with pytest.raises(SyntaxError):  # bounded: the judge's parse refuses it, so the verdict is compile_error
             pysource.parse(text)
 
 
