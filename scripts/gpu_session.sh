@@ -9,21 +9,32 @@
 #   smoke            the main job on the GPU: python -m flows.experiment eval=gpu (report + MLflow run)
 #   learnability N   one seed N of the learnability check (eval=gpu), into OUT/learnability; run it for
 #                    seeds 1, 2 and 3 (one per call if needed), then `compare` below sums them up
+#   learnability-parallel S1,S2,..
+#                    those seeds of the learnability check side by side, judged by ONE environment server
+#                    on the GPU (benchmarks/seeds_parallel.py), the small policies on the host's CPUs so
+#                    that only the evaluator uses the GPU; same OUT/learnability as above. Stopped at the
+#                    step limit, the same step again resumes the seeds (completed stages are skipped)
 #   compare          flows.compare + the learnability summary over every seed in OUT/learnability
 #   pilot-shaped     experiment=pilot with model=random_7b (the pilot's 7B shape, random weights) on one
-#                    GPU (eval.device_index=0), one epoch (4 updates); PILOT_OVERRIDES adds Hydra overrides
+#                    GPU (eval.device_index=0), one epoch over two training tasks (2 updates of the pilot's
+#                    shape: 4 episodes x 2 turns x 2,048 tokens), the static compiled generation path (one
+#                    6,144-position cache: one compile), and
+#                    the before/after evaluation cut to 256 tokens per turn, so that it fits one 9-minute
+#                    step; PILOT_OVERRIDES replaces those reductions (e.g. PILOT_OVERRIDES=" " for 4 updates)
 #   throughput       the evaluator against a KernelBench-style judge at P = 2 with the default settings
 #
 # The bundle: BUNDLE (default .whl/), the wheels scripts/build_wheelhouse.py --host-freeze made for this
 # host (docs/offline_bundle.md). It goes into SITE (default /tmp/kf-site), which is emptied first: a warm
 # host keeps old installs, and `pip install --target` over a folder does not remove what a new wheel
-# replaces. GPU_SESSION_DRY_RUN=1 prints every command instead of running it (what CI checks).
+# replaces; a folder that holds exactly this bundle (same wheels' sha256, stamped after a complete install)
+# is kept. GPU_SESSION_DRY_RUN=1 prints every command instead of running it (what CI checks), and
+# GPU_SESSION_INSTALL_ONLY=1 stops after the install.
 # Each step writes OUT/<step>.log and its results under OUT/<step>/; a step that overruns its limit
 # stops with rc 124 and the next step still runs.
 set -uo pipefail
 out="${1:?usage: bash scripts/gpu_session.sh OUT STEP [ARG] ... (steps: see the header of this file)}"
 shift
-[ $# -gt 0 ] || { echo "gpu_session.sh: no step given; steps: gpu-tests controls smoke learnability N compare pilot-shaped throughput" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "gpu_session.sh: no step given; steps: gpu-tests controls smoke learnability N learnability-parallel S1,S2 compare pilot-shaped throughput" >&2; exit 2; }
 dry="${GPU_SESSION_DRY_RUN:-0}"
 limit="${STEP_LIMIT:-540}"
 bundle="${BUNDLE:-.whl}"
@@ -50,18 +61,32 @@ while [ $i -lt ${#args[@]} ]; do
     learnability)
       i=$((i + 1))
       [[ "${args[$i]:-}" =~ ^[0-9]+$ ]] || { echo "gpu_session.sh: learnability needs a seed number, e.g. 'learnability 1'" >&2; exit 2; } ;;
-    *) echo "gpu_session.sh: unknown step '${args[$i]}'; steps: gpu-tests controls smoke learnability N compare pilot-shaped throughput" >&2; exit 2 ;;
+    learnability-parallel)
+      i=$((i + 1))
+      [[ "${args[$i]:-}" =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "gpu_session.sh: learnability-parallel needs seeds, e.g. 'learnability-parallel 1,2,3'" >&2; exit 2; } ;;
+    *) echo "gpu_session.sh: unknown step '${args[$i]}'; steps: gpu-tests controls smoke learnability N learnability-parallel S1,S2 compare pilot-shaped throughput" >&2; exit 2 ;;
   esac
   i=$((i + 1))
 done
 
 mkdir -p "$out"
 if [ "$dry" = 1 ]; then
-  echo "[dry-run] install: rm -rf $site; pip install --no-index --no-deps --target $site $bundle/*.whl"
+  echo "[dry-run] install: rm -rf $site; pip install --no-index --no-deps --target $site $bundle/*.whl (kept when $site holds exactly this bundle)"
 else
   compgen -G "$bundle/*.whl" >/dev/null || { echo "gpu_session.sh: no wheels in $bundle/ (build them with scripts/build_wheelhouse.py --host-freeze; see docs/offline_bundle.md)" >&2; exit 2; }
-  rm -rf "$site"
-  "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" "$bundle"/*.whl || exit 1
+  # The bundle's identity: the sha256 of every wheel. A folder installed from exactly these wheels by this
+  # script (its stamp written last, so an interrupted install has none) is kept: a warm host's second call
+  # saves the ~40 s install. Anything else is emptied first, since --target over it would keep stale files.
+  stamp=$(sha256sum "$bundle"/*.whl | sed 's|  .*/|  |' | sha256sum | cut -c1-16)
+  if [ -f "$site/.kf-bundle-stamp" ] && [ "$(cat "$site/.kf-bundle-stamp")" = "$stamp" ]; then
+    echo "bundle $stamp already installed in $site: kept"
+  else
+    rm -rf "$site"
+    "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" "$bundle"/*.whl || exit 1
+    echo "$stamp" > "$site/.kf-bundle-stamp"
+    echo "bundle $stamp installed in $site"
+  fi
+  [ "${GPU_SESSION_INSTALL_ONLY:-0}" = 1 ] && exit 0
 fi
 export PYTHONPATH="$PWD:$site" KERNELFLOW_CACHE_DIR="${KERNELFLOW_CACHE_DIR:-/tmp/kfc}" HF_HUB_OFFLINE=1 \
   TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1 PREFECT_SERVER_ANALYTICS_ENABLED=false
@@ -88,6 +113,17 @@ while [ $# -gt 0 ]; do
     learnability)
       seed="$1"; shift
       run "learnability-seed$seed" env SEEDS="$seed" PYTHON="$py" bash benchmarks/learnability.sh "$out/learnability" ;;
+    learnability-parallel)
+      seeds="$1"; shift
+      # The policies on the CPU (a few threads each), the GPU for the evaluator alone: a policy generating
+      # on the GPU would overlap the other seeds' timed kernel runs. SFT_POLICY_DIR: a policy built
+      # elsewhere (benchmarks/learnability.sh says how), copied into the cache instead of built here.
+      mkdir -p "$out/learnability/cache/tiny"
+      if [ -n "${SFT_POLICY_DIR:-}" ] && [ "$dry" != 1 ]; then cp -r "$SFT_POLICY_DIR" "$out/learnability/cache/tiny/"; fi
+      run "learnability-parallel" env KERNELFLOW_CACHE="$out/learnability/cache" OMP_NUM_THREADS="${SEED_THREADS:-3}" \
+        "$py" benchmarks/seeds_parallel.py "$out/learnability" --seeds "$seeds" --limit-s $(( limit - 30 )) -- \
+        experiment=learnability eval=gpu trainer.epochs=4 model.device=cpu \
+        tracking.runs_root="$out/learnability/runs" tracking.experiment=learnability-gpu ;;
     compare)
       run compare "$py" -m flows.compare --experiment learnability-gpu --runs-root "$out/learnability/runs" \
         --out "$out/learnability/compare" --no-prefect
@@ -95,8 +131,11 @@ while [ $# -gt 0 ]; do
         --out "$out/learnability/summary.md" ;;
     pilot-shaped)
       # shellcheck disable=SC2086
+      set -f  # the task list holds [brackets]
       run pilot-shaped "$py" -m flows.experiment experiment=pilot model=random_7b eval.device_index=0 \
-        trainer.epochs=1 tracking.runs_root="$out/pilot-shaped" tracking.experiment=pilot-shaped ${PILOT_OVERRIDES:-} ;;
+        trainer.epochs=1 tracking.runs_root="$out/pilot-shaped" tracking.experiment=pilot-shaped \
+        ${PILOT_OVERRIDES:-"tasks.train=[19_ReLU,21_Sigmoid]" trainer.generation.backend=static_compiled trainer.generation.max_context=6144 trainer.eval_max_new_tokens=256}
+      set +f ;;
     throughput)
       run throughput "$py" benchmarks/eval_throughput.py --defaults --pool-sizes 2 --baseline-pools 2 --evaluator shared \
         --single-prewarm on --single-repeats 3 --skip-hang --no-env-server --skip-cache --out "$out/throughput" ;;

@@ -59,9 +59,18 @@ class TinyModelConfig:
     max_position_embeddings: int = 32768
     tie_word_embeddings: bool = True
     seed: int = 0
+    # Where and in what dtype the random weights are drawn and saved. The CPU in fp32 suits the small
+    # models; a 7B shape drawn there takes ~30 GB of RAM and minutes, on a GPU in bf16 seconds. The draw
+    # depends on the device's generator, so these are part of the cache key (tiny.tiny_model_hash).
+    build_device: str = "cpu"      # cpu | cuda | auto (cuda when visible)
+    build_dtype: str = "float32"   # float32 | bfloat16 | float16
 
     def __post_init__(self) -> None:
         p = []
+        if self.build_device not in ("cpu", "cuda", "auto"):
+            p.append(f"build_device={self.build_device!r} (use cpu, cuda or auto)")
+        if self.build_dtype not in ("float32", "bfloat16", "float16"):
+            p.append(f"build_dtype={self.build_dtype!r} (use float32, bfloat16 or float16)")
         for name in ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads"):
             if getattr(self, name) < 1:
                 p.append(f"{name}={getattr(self, name)} (must be >= 1)")

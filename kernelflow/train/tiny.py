@@ -106,10 +106,33 @@ def tokenizer_corpus() -> list[str]:
     return texts
 
 
+def hashed_settings(config: TinyModelConfig) -> dict:
+    """The settings that identify a build: every field, with build_device/build_dtype only when they
+    differ from the CPU/fp32 default (so the keys of models built before those fields existed hold)."""
+    data = asdict(config)
+    defaults = TinyModelConfig()
+    for name in ("build_device", "build_dtype"):
+        if data[name] == getattr(defaults, name):
+            del data[name]
+    return data
+
+
+def build_device(config: TinyModelConfig) -> str:
+    """The device the weights are drawn on: `auto` is cuda when a GPU is visible."""
+    import torch
+
+    if config.build_device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if config.build_device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("TinyModelConfig.build_device='cuda' but no CUDA device is visible; "
+                           "set model.tiny.build_device=auto or cpu")
+    return config.build_device
+
+
 def tiny_model_hash(config: TinyModelConfig) -> str:
     """sha256 over the settings, the corpus and the builder version: the cache key."""
     h = hashlib.sha256(BUILDER_VERSION.encode())
-    h.update(json.dumps(asdict(config), sort_keys=True).encode())
+    h.update(json.dumps(hashed_settings(config), sort_keys=True).encode())
     for text in tokenizer_corpus():
         h.update(hashlib.sha256(text.encode()).digest())
     return h.hexdigest()
@@ -157,7 +180,7 @@ def build_tokenizer(config: TinyModelConfig, extra_texts: Sequence[str] = ()):
 
 
 def build_model(config: TinyModelConfig, tokenizer):
-    """A Qwen2ForCausalLM with random weights drawn from `config.seed` (fp32)."""
+    """A Qwen2ForCausalLM with random weights drawn from `config.seed`, on `build_device` in `build_dtype`."""
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
@@ -176,10 +199,17 @@ def build_model(config: TinyModelConfig, tokenizer):
         eos_token_id=eos[0],
         pad_token_id=eos[1],
     )
-    fork_devices: list = []
-    with torch.random.fork_rng(devices=fork_devices):
+    device = build_device(config)
+    fork_devices: list = [torch.cuda.current_device()] if device == "cuda" else []
+    with torch.random.fork_rng(devices=fork_devices), torch.device(device):
         torch.manual_seed(config.seed)
-        model = Qwen2ForCausalLM(model_config)
+        # The default dtype, not a cast afterwards: the fp32 copy of a 7B shape alone is ~30 GB.
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(getattr(torch, config.build_dtype))
+        try:
+            model = Qwen2ForCausalLM(model_config)
+        finally:
+            torch.set_default_dtype(previous)
     model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=eos[1], bos_token_id=None)
     return model
 
@@ -206,7 +236,8 @@ def build_tiny_model(config: TinyModelConfig | None = None, cache_dir: str | Pat
             model = build_model(config, tokenizer)
             model.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
-            meta = {"builder_version": BUILDER_VERSION, "config": asdict(config), "hash": tiny_model_hash(config)}
+            meta = {"builder_version": BUILDER_VERSION, "config": asdict(config), "hash": tiny_model_hash(config),
+                    "built_on": build_device(config)}
             (tmp / "kernelflow_tiny.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
             tmp.rename(target)
         finally:

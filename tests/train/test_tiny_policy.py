@@ -8,7 +8,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from kernelflow.tasks import build_messages, get_task
 from kernelflow.train.config import LoraSettings, TinyModelConfig
 from kernelflow.train.policy import load_policy
-from kernelflow.train.tiny import build_tiny_model, build_tokenizer, tiny_model_hash
+from kernelflow.train.tiny import build_tiny_model, build_tokenizer, hashed_settings, tiny_model_hash
 
 
 def test_autotokenizer_gives_the_trained_tokenizers_ids(tiny_policy_config):
@@ -46,6 +46,31 @@ def test_build_is_deterministic_and_cached(tmp_path):
     assert build_tiny_model(cfg, tmp_path / "a") == a and (a / "model.safetensors").stat().st_mtime_ns == stamp
     assert build_tiny_model(TinyModelConfig(num_layers=1, seed=4), tmp_path / "a") != a
     assert json.loads((a / "kernelflow_tiny.json").read_text())["config"]["seed"] == 3
+
+
+def test_build_dtype_draws_and_saves_in_that_dtype(tmp_path):
+    """random_7b draws its weights in bf16 (a 7B shape in fp32 is ~30 GB of host RAM): the saved
+    weights are bf16, the process's default dtype is left as it was, and the key differs from fp32's."""
+    import pytest
+    from safetensors import safe_open
+
+    fp32 = TinyModelConfig(num_layers=1, seed=3)
+    bf16 = TinyModelConfig(num_layers=1, seed=3, build_dtype="bfloat16")
+    path = build_tiny_model(bf16, tmp_path)
+    with safe_open(str(path / "model.safetensors"), framework="pt") as f:
+        assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}
+    assert torch.get_default_dtype() == torch.float32
+    assert tiny_model_hash(bf16) != tiny_model_hash(fp32)
+    assert json.loads((path / "kernelflow_tiny.json").read_text())["built_on"] in ("cpu", "cuda")
+    with pytest.raises(ValueError, match="build_dtype='int8'"):
+        TinyModelConfig(build_dtype="int8")
+
+
+def test_default_build_settings_keep_the_cache_key():
+    """Models cached before build_device/build_dtype existed keep their key (the SFT policies carried to
+    GPU hosts are found by it): the defaults are left out of the hashed settings."""
+    assert tiny_model_hash(TinyModelConfig()) == tiny_model_hash(TinyModelConfig(build_device="cpu", build_dtype="float32"))
+    assert not {"build_device", "build_dtype"} & set(hashed_settings(TinyModelConfig()))
 
 
 def test_tokenizer_covers_the_prompt_compactly():
