@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         for p, _ in procs.values():
             stop(p)
         server.stop()
-    for seed, (p, start) in procs.items():
+    for seed, (p, _start) in procs.items():
         results.setdefault(seed, {"rc": p.returncode, "wall_s": None, "stopped_at_limit": True})
         results[seed]["log"] = str(args.out / f"seed-{seed}.log")
     summary = {"seeds": results, "overrides": overrides, "server": server_cfg.to_dict(include_token=False),
