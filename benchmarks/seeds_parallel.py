@@ -73,18 +73,24 @@ def ensure_experiment(config) -> str:
                                     tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
 
 
-def stop(process: subprocess.Popen, grace_s: float = 60.0) -> None:
-    """SIGTERM the flow's process group (its Prefect server too), then SIGKILL after `grace_s`."""
-    if process.poll() is not None:
-        return
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-    except ProcessLookupError:
-        pass
+def stop_all(processes: list[subprocess.Popen], grace_s: float = 20.0) -> None:
+    """SIGTERM every flow's process group (its Prefect server too) at once, SIGKILL what is left after `grace_s`."""
+    live = [p for p in processes if p.poll() is None]
+    for p in live:
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace_s
+    for p in live:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
           f"MLflow experiment {config.tracking.experiment!r} ({experiment_id})", flush=True)
     procs: dict[int, tuple[subprocess.Popen, float]] = {}
     results: dict[int, dict] = {}
+    stopped: set[int] = set()  # seeds stopped at --limit-s (resumable), as opposed to ones that exited
     try:
         for i, seed in enumerate(seeds):
             if i:
@@ -133,24 +140,29 @@ def main(argv: list[str] | None = None) -> int:
                                             stdin=subprocess.DEVNULL, start_new_session=True), time.monotonic())
             log.close()
             print(f"seed {seed}: pid {procs[seed][0].pid}, log {args.out / f'seed-{seed}.log'}", flush=True)
-        while any(p.poll() is None for p, _ in procs.values()):
-            if args.limit_s and time.monotonic() - t0 > args.limit_s:
-                print(f"limit of {args.limit_s:.0f} s reached: stopping the flows still running "
-                      "(run the same command again to resume them)", flush=True)
-                for p, _ in procs.values():
-                    stop(p)
-                break
-            time.sleep(2.0)
+
+        def collect() -> None:
             for seed, (p, start) in procs.items():
                 if p.poll() is not None and seed not in results:
                     results[seed] = {"rc": p.returncode, "wall_s": round(time.monotonic() - start, 1)}
                     print(f"seed {seed}: exit {p.returncode} after {results[seed]['wall_s']} s", flush=True)
+
+        while any(p.poll() is None for p, _ in procs.values()):
+            if args.limit_s and time.monotonic() - t0 > args.limit_s:
+                print(f"limit of {args.limit_s:.0f} s reached: stopping the flows still running "
+                      "(run the same command again to resume them)", flush=True)
+                stopped.update(seed for seed, (p, _) in procs.items() if p.poll() is None)
+                stop_all([p for p, _ in procs.values()])
+                break
+            time.sleep(2.0)
+            collect()
+        else:
+            collect()
     finally:
-        for p, _ in procs.values():
-            stop(p)
+        stop_all([p for p, _ in procs.values()])
         server.stop()
     for seed, (p, _start) in procs.items():
-        results.setdefault(seed, {"rc": p.returncode, "wall_s": None, "stopped_at_limit": True})
+        results.setdefault(seed, {"rc": p.returncode, "wall_s": None, "stopped_at_limit": seed in stopped})
         results[seed]["log"] = str(args.out / f"seed-{seed}.log")
     summary = {"seeds": results, "overrides": overrides, "server": server_cfg.to_dict(include_token=False),
                "wall_s": round(time.monotonic() - t0, 1)}

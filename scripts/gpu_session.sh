@@ -132,9 +132,19 @@ while [ $# -gt 0 ]; do
     pilot-shaped)
       # shellcheck disable=SC2086
       set -f  # the task list holds [brackets]
+      # The whole device's memory every 2 s (policy, evaluator and its workers together: what must fit).
+      smi=""
+      if [ "$dry" != 1 ] && command -v nvidia-smi >/dev/null; then
+        nvidia-smi --query-gpu=timestamp,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits \
+          -l 2 > "$out/pilot-shaped-gpu.csv" 2>/dev/null & smi=$!
+      fi
       run pilot-shaped "$py" -m flows.experiment experiment=pilot model=random_7b eval.device_index=0 \
         trainer.epochs=1 tracking.runs_root="$out/pilot-shaped" tracking.experiment=pilot-shaped \
         ${PILOT_OVERRIDES:-"tasks.train=[19_ReLU,21_Sigmoid]" trainer.generation.backend=static_compiled trainer.generation.max_context=6144 trainer.eval_max_new_tokens=256}
+      if [ -n "$smi" ]; then
+        kill "$smi" 2>/dev/null
+        echo "pilot-shaped: peak device memory $(cut -d, -f2 "$out/pilot-shaped-gpu.csv" | sort -n | tail -1) MiB of $(cut -d, -f3 "$out/pilot-shaped-gpu.csv" | head -1) MiB (nvidia-smi every 2 s: $out/pilot-shaped-gpu.csv)"
+      fi
       set +f ;;
     throughput)
       run throughput "$py" benchmarks/eval_throughput.py --defaults --pool-sizes 2 --baseline-pools 2 --evaluator shared \
