@@ -4,8 +4,8 @@
         [-> trained_sampled] -> seed_validation -> report      ([..]: with evaluation.samples > 0)
 
 The flow runs the stage table (stage_table.py: name, task, when it runs), the same table the dry-run
-plan prints. Each arrow is a Prefect task (stages.py), so the Prefect UI shows the stages as they run; each stage
-is also a nested MLflow run under the run's parent (tracking.py). The flow starts an embedded
+plan prints. Each arrow is a Prefect task (stages.py), so the Prefect UI shows the stages as they run;
+each stage is also a nested MLflow run under the run's parent (tracking.py). The flow starts an embedded
 environment server unless `env.url` names one (endpoint.py) and stops it at the end.
 
 Running the same command again continues the same run (its directory is `<runs_root>/<name>-<config

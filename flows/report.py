@@ -1,7 +1,8 @@
 """The run's report: the pilot's before/after table, per-task numbers, fast_p, plots; and its Prefect artifacts.
 
-`write_report(run, config)` reads what the stages stored in the run directory (both evaluations'
-results.json, each epoch's updates.json, validation.json) and writes `<run>/report/`:
+`write_report(run, config)` reads what the stages stored in the run directory (the evaluations'
+results.json and each epoch's updates.json as the train layer's types, through their `from_dict`;
+validation.json) and writes `<run>/report/`:
 
     report.md                   the tables below, with the plots linked (relative links: right on disk)
     report.html                 the same, one self-contained page with the plots inlined (MLflow previews it)
@@ -32,6 +33,7 @@ from typing import Any
 from flows import report_page, results
 from flows import stage_names as names
 from flows.config import ExperimentConfig
+from flows.epoch import UPDATES_FILE, read_updates
 from flows.run_dir import RunDir, read_json
 
 TINY_WARNING = (
@@ -209,7 +211,7 @@ def _pyplot():
     return plt
 
 
-def reward_figure(updates: list[dict]):
+def reward_figure(updates: list):
     """Mean reward of each update's group with a ± std band, clipped at 0 (no reward is negative).
 
     Epoch boundaries are dashed lines, drawn (and named in the legend) only when the run has more
@@ -219,13 +221,13 @@ def reward_figure(updates: list[dict]):
 
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.5))
-    xs = [u["update"] for u in updates]
-    means = [u["reward_mean"] for u in updates]
+    xs = [u.update for u in updates]
+    means = [u.reward_mean for u in updates]
     ax.plot(xs, means, marker="o", label="mean reward of the group")
-    ax.fill_between(xs, [max(0.0, m - u["reward_std"]) for m, u in zip(means, updates, strict=True)],
-                    [m + u["reward_std"] for m, u in zip(means, updates, strict=True)], alpha=0.2, label="± std (clipped at 0)")
-    for i, e in enumerate(sorted({u["epoch"] for u in updates})[1:]):
-        ax.axvline(min(u["update"] for u in updates if u["epoch"] == e) - 0.5, color="grey", lw=0.8, ls="--",
+    ax.fill_between(xs, [max(0.0, m - u.reward_std) for m, u in zip(means, updates, strict=True)],
+                    [m + u.reward_std for m, u in zip(means, updates, strict=True)], alpha=0.2, label="± std (clipped at 0)")
+    for i, e in enumerate(sorted({u.epoch for u in updates})[1:]):
+        ax.axvline(min(u.update for u in updates if u.epoch == e) - 0.5, color="grey", lw=0.8, ls="--",
                    label="epoch boundary" if i == 0 else None)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylim(bottom=0.0)
@@ -275,7 +277,7 @@ def _save(fig, path: Path) -> None:
     _pyplot().close(fig)
 
 
-def plot_rewards(updates: list[dict], path: Path) -> None:
+def plot_rewards(updates: list, path: Path) -> None:
     _save(reward_figure(updates), path)
 
 
@@ -297,9 +299,8 @@ def write_report(run: RunDir, config: ExperimentConfig, mlflow_run: str = "") ->
     before = results.outcomes(load_results(run, names.BASELINE_EVAL), attempts)
     after = results.outcomes(load_results(run, names.TRAINED_EVAL), attempts)
     validation = _load(run.path / names.SEED_VALIDATION / "validation.json", {})
-    updates = []  # `UpdateMetrics.to_dict()` records; the plot reads epoch, update and reward only
-    for epoch in range(1, config.trainer.epochs + 1):
-        updates += _load(run.path / names.epoch_stage(epoch) / "updates.json", [])
+    stored = [run.path / names.epoch_stage(e) / UPDATES_FILE for e in range(1, config.trainer.epochs + 1)]
+    updates = [u for path in stored if path.is_file() for u in read_updates(path)]  # `UpdateMetrics` records
     provenance = _load(run.path / names.PROVENANCE / "provenance.json", {})
     sampled_before = results.sample_outcomes(load_results(run, names.BASELINE_SAMPLED, sampled=True))
     sampled_after = results.sample_outcomes(load_results(run, names.TRAINED_SAMPLED, sampled=True))

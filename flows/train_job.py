@@ -11,8 +11,8 @@ previous epoch's checkpoint, and runs the same epoch function as the in-process 
 and submits its share of every group through its own recording sessions to the experiment's
 environment server. Rank 0 therefore writes exactly what the in-process path writes: the checkpoint,
 `updates.json`, and the submissions and transcripts of every rank's episodes (gathered, numbered
-group by group), plus `dp_result.json` (`EpochResult.summary()`), which `launch` reads back. The environment token travels in
-$KERNELFLOW_ENV_TOKEN, never in the job file.
+group by group), plus `dp_result.json` (`EpochResult.summary()`), which `launch` reads back. The
+environment token travels in $KERNELFLOW_ENV_TOKEN, never in the job file.
 
 This module does not log to MLflow or mark stages complete (`stages.py` does, from what it reads
 back); greedy evaluation stays in the flow's process.

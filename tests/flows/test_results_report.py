@@ -6,6 +6,7 @@ and read back as the typed results; episodes of three attempts flow through to t
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -16,6 +17,7 @@ from flows.report import SFT_WARNING, TINY_WARNING, artifact_key, artifact_markd
 from flows.report_page import data_uri
 from flows.run_dir import RunDir, write_json
 from kernelflow.train.evaluation import SampledTaskResult, TaskEvalResult
+from kernelflow.train.metrics import UpdateMetrics
 from tests.flows.conftest import compose_config
 
 
@@ -24,6 +26,14 @@ def turn(n, status, reward=0.0, speedup=None, runtime=None, answer="x"):
     return {"turn": n, "status": status, "correct": status == "ok", "reward": reward, "runtime_ms": runtime,
             "roofline_fraction": None, "completion_tokens": 10, "truncated": False, "answer": answer,
             "feedback": "", "verdict": verdict}
+
+
+def update(epoch, n, mean, std):
+    """An `UpdateMetrics.to_dict()` record with the numbers the report reads, zeros elsewhere."""
+    record = {f.name: 0 for f in dataclasses.fields(UpdateMetrics)}
+    record.update(correct_rate_per_turn=[], group_size_per_turn=[], status_counts={}, samples=[], estimator="dr_grpo",
+                  credit="episode", task_id="19_ReLU", epoch=epoch, update=n, reward_mean=mean, reward_std=std)
+    return record
 
 
 def record(task_id, *turns):
@@ -82,7 +92,7 @@ def test_report_from_stored_results(tmp_path):
     write_json(run.stage_dir("baseline_eval") / "results.json", before)
     write_json(run.stage_dir("trained_eval") / "results.json", after)
     write_json(run.stage_dir("epoch-1") / "updates.json",
-               [{"epoch": 1, "update": u, "reward_mean": 0.1 * u, "reward_std": 0.05} for u in range(1, 5)])
+               [update(1, u, 0.1 * u, 0.05) for u in range(1, 5)])
     write_json(run.stage_dir("seed_validation") / "validation.json",
                {"seeds": [1000, 1001], "shape": "small", "solved": 3, "validated": 2,
                 "tasks": {"19_ReLU": {"correct": 2, "passed": True}, "20_LeakyReLU": {"correct": 1, "passed": False},
@@ -210,9 +220,9 @@ def test_report_shows_the_sampled_evaluation(tmp_path):
     assert "Sampled evaluation" not in write_report(run_b, without).markdown
 
 
-UPDATES = [{"epoch": 1, "update": 1, "reward_mean": 0.1, "reward_std": 0.4},   # mean - std < 0: clipped
-           {"epoch": 1, "update": 2, "reward_mean": 0.5, "reward_std": 0.2},
-           {"epoch": 2, "update": 3, "reward_mean": 0.2, "reward_std": 0.6}]
+UPDATES = [UpdateMetrics.from_dict(update(1, 1, 0.1, 0.4)),   # mean - std < 0: clipped
+           UpdateMetrics.from_dict(update(1, 2, 0.5, 0.2)),
+           UpdateMetrics.from_dict(update(2, 3, 0.2, 0.6))]
 
 
 def test_reward_band_stays_at_or_above_zero_and_the_title_promises_what_is_drawn():
@@ -231,7 +241,7 @@ def test_reward_band_stays_at_or_above_zero_and_the_title_promises_what_is_drawn
     assert labels.count("epoch boundary") == 1  # two epochs: one boundary, drawn and named
     assert [line.get_xdata()[0] for line in ax.lines if line.get_linestyle() == "--"] == [2.5]
     plt.close(fig)
-    one_epoch = reward_figure([u for u in UPDATES if u["epoch"] == 1])
+    one_epoch = reward_figure([u for u in UPDATES if u.epoch == 1])
     assert "epoch boundary" not in one_epoch.axes[0].get_legend_handles_labels()[1]
     assert not [line for line in one_epoch.axes[0].lines if line.get_linestyle() == "--"]
     plt.close(one_epoch)
