@@ -217,7 +217,7 @@ def eval_stage(ctx: RunContext, stage: str) -> dict:
         metrics.update(results.summary_metrics(outs, cfg.tasks.groups))
         counts = _store_evaluation(ctx, run_id, stage, records, metrics)
         table = results.group_counts(outs, cfg.tasks.groups)
-        by = results.by_attempt(cfg.trainer.eval_attempts)
+        by = f"by {results.ordinal(cfg.trainer.eval_attempts)}"
         print(f"{stage}: " + ", ".join(f"{g} {c['first']}/{c['tasks']} first, {c['correct']}/{c['tasks']} {by}"
                                        for g, c in table.items()))
         return {"groups": table, **counts}
