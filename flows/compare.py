@@ -42,11 +42,12 @@ from pathlib import Path
 from typing import Any
 
 from flows import report_page, statistics
-from flows.results import FAST_P, OUTCOME_KEYS, SAMPLE_KEYS, SAMPLED_STAGES, sampled_rates
+from flows.results import FAST_P, OUTCOME_KEYS, SAMPLE_KEYS, sampled_rates
+from flows.stage_names import BASELINE_EVAL, GREEDY_EVALS, SAMPLED_STAGES, TRAINED_EVAL
 from flows.tracking import RUN_TAG
 
-STAGES = ("baseline_eval", "trained_eval")
-STAGE_LABELS = {"baseline_eval": "before", "trained_eval": "after"}
+STAGES = GREEDY_EVALS
+STAGE_LABELS = {BASELINE_EVAL: "before", TRAINED_EVAL: "after"}
 GROUPS = ("train", "reserved", "heldout")
 OPTIONAL_GROUPS = ("families",)  # read when a run's params name tasks in them
 COMPILE_KEY = "speedup_vs_compile"  # per task, when the evaluator timed torch.compile (not yet: issue 9)
@@ -188,10 +189,10 @@ def summarise(series: Mapping[str, Mapping[str, list[float | None]]], resamples:
               seed: int) -> dict[str, dict[str, Any]]:
     """metric -> before/after/difference intervals (paired by seed) and the per-seed values."""
     out: dict[str, dict[str, Any]] = {}
-    keys = sorted(set(series["baseline_eval"]) | set(series["trained_eval"]))
+    keys = sorted(set(series[BASELINE_EVAL]) | set(series[TRAINED_EVAL]))
     for key in keys:
-        b = series["baseline_eval"].get(key, [])
-        a = series["trained_eval"].get(key, [])
+        b = series[BASELINE_EVAL].get(key, [])
+        a = series[TRAINED_EVAL].get(key, [])
         b, a = (b or [None] * len(a)), (a or [None] * len(b))  # a metric only one stage has: None on the other
         out[key] = {
             "before": statistics.bootstrap_mean(b, resamples, level, seed).to_dict(),

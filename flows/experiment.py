@@ -1,10 +1,11 @@
 """`python -m flows.experiment [overrides]`: compose the config with Hydra and run the experiment as one Prefect flow.
 
-    provenance -> baseline_eval [-> baseline_sampled] -> epoch-1 .. epoch-N -> trained_eval [-> trained_sampled]
-        -> seed_validation -> report                 ([..]: with evaluation.samples > 0)
+    provenance -> policy -> baseline_eval [-> baseline_sampled] -> epoch-1 .. epoch-N -> trained_eval
+        [-> trained_sampled] -> seed_validation -> report      ([..]: with evaluation.samples > 0)
 
-Each arrow is a Prefect task (stages.py), so the Prefect UI shows the stages as they run; each stage
-is also a nested MLflow run under the run's parent (tracking.py). The flow starts an embedded
+The flow runs the stage table (stage_table.py: name, task, when it runs), the same table the dry-run
+plan prints. Each arrow is a Prefect task (stages.py), so the Prefect UI shows the stages as they run;
+each stage is also a nested MLflow run under the run's parent (tracking.py). The flow starts an embedded
 environment server unless `env.url` names one (endpoint.py) and stops it at the end.
 
 Running the same command again continues the same run (its directory is `<runs_root>/<name>-<config
@@ -16,7 +17,7 @@ the MLflow parent run. A failing stage marks the run failed with its cause (run 
 the Prefect flow run) and the command exits 1 saying how to resume. `dry_run=true` prints the plan
 and exits without loading a model or starting anything.
 
-This module orders the stages and talks to the user; the stages' work lives in stages.py.
+This module runs the table's stages and talks to the user; the stages' work lives in stages.py.
 """
 
 from __future__ import annotations
@@ -35,19 +36,12 @@ from prefect import flow, tags
 
 from flows.config import REDACTED, ExperimentConfig, from_parameters, register, to_container, to_experiment_config
 from flows.endpoint import open_endpoint
-from flows.plan import render_plan, stages
-from flows.results import SAMPLED_STAGES
+from flows.plan import render_plan
 from flows.run_dir import COMPLETED, RUNNING, RunDir, config_hash, run_name, runs_root
 from flows.schema import ConfigError
-from flows.stages import (
-    RunContext,
-    epoch_stage,
-    eval_stage,
-    provenance_stage,
-    report_stage,
-    sampled_eval_stage,
-    validation_stage,
-)
+from flows.stage_names import REPORT
+from flows.stage_table import stage_runs
+from flows.stages import RunContext
 from flows.tracking import Tracker, describe
 from kernelflow.env.models import TOKEN_ENV_VAR
 
@@ -77,7 +71,8 @@ def experiment_flow(config: dict[str, Any], overrides: list[str] | None = None) 
             raise
         publish_mlflow_link(cfg, tracker)
         ctx = RunContext(cfg, run, tracker)
-        done = all(run.completed(s) for s in stages(cfg))
+        plan = stage_runs(cfg)
+        done = all(run.completed(s.name) for s in plan)
         if done:  # every stage still gets its (skipped) task run, so the flow run shows what the run holds
             print(f"every stage of {run.path.name} is already complete; nothing to do")
         try:
@@ -86,18 +81,8 @@ def experiment_flow(config: dict[str, Any], overrides: list[str] | None = None) 
                                                                        run.path / "env_server.pid")
             with endpoint_cm as endpoint:
                 ctx.endpoint = endpoint
-                provenance_stage(ctx)
-                eval_stage(ctx, "baseline_eval")
-                if cfg.evaluation.enabled:
-                    sampled_eval_stage(ctx, SAMPLED_STAGES["baseline_eval"])
-                for epoch in range(1, cfg.trainer.epochs + 1):
-                    epoch_stage(ctx, epoch)
-                eval_stage(ctx, "trained_eval")
-                if cfg.evaluation.enabled:
-                    sampled_eval_stage(ctx, SAMPLED_STAGES["trained_eval"])
-                if cfg.validation.extra_seeds:
-                    validation_stage(ctx)
-                report_stage(ctx)
+                for stage in plan:
+                    stage.run(ctx)
         except BaseException as exc:
             if ctx.stage is None:  # before any stage started, e.g. the environment server did not come up
                 run.fail_run("setup", describe(exc))
@@ -111,7 +96,8 @@ def experiment_flow(config: dict[str, Any], overrides: list[str] | None = None) 
 
 
 def _summary(run: RunDir, tracker: Tracker) -> dict[str, Any]:
-    report = run.state()["stages"]["report"].get("summary", {}).get("report", str(run.report_dir / "report.md"))
+    entry = run.state()["stages"].get(REPORT, {})
+    report = entry.get("summary", {}).get("report", str(run.report_dir / "report.md"))
     return {"run_dir": str(run.path), "report": report, "mlflow": tracker.run_url(), "tracking_uri": tracker.uri,
             "parent_run_id": tracker.parent_id}
 

@@ -1,6 +1,7 @@
 """The experiment's plan: its stages and what each costs, counted from the config without loading a model.
 
-`experiment_plan(config)` returns the numbers (training counts come from `kernelflow.train.plan`, the
+`experiment_plan(config)` returns the stages (read from the stage table the flow runs, stage_table.py)
+and the numbers (training counts come from `kernelflow.train.plan`, the
 trainer's own arithmetic); `render_plan(config)` is the text `dry_run=true` prints. Submission and
 token counts for evaluation (greedy and sampled) and validation are upper bounds: a correct first
 attempt gets no second one, and only tasks solved after training are re-judged on extra seeds.
@@ -10,20 +11,14 @@ from __future__ import annotations
 
 from flows.config import ExperimentConfig
 from flows.endpoint import server_config_json
-from flows.results import SAMPLED_STAGES
 from flows.run_dir import config_hash, run_name, runs_root
+from flows.stage_table import stage_names
 from kernelflow.train import plan as trainer_plan
 
 
 def stages(config: ExperimentConfig) -> list[str]:
-    sampled = config.evaluation.enabled
-    names = ["provenance", "baseline_eval"] + ([SAMPLED_STAGES["baseline_eval"]] if sampled else [])
-    names += [f"epoch-{e}" for e in range(1, config.trainer.epochs + 1)]
-    names += ["trained_eval"] + ([SAMPLED_STAGES["trained_eval"]] if sampled else [])
-    if config.validation.extra_seeds:
-        names.append("seed_validation")
-    names.append("report")
-    return names
+    """The stages the experiment runs, in order: the stage table's (stage_table.py), as the flow runs them."""
+    return stage_names(config)
 
 
 def experiment_plan(config: ExperimentConfig) -> dict:

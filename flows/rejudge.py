@@ -35,10 +35,11 @@ from flows.endpoint import open_endpoint
 from flows.report import artifact_key
 from flows.run_dir import RunDir, read_json, write_json
 from flows.schema import ConfigError
+from flows.stage_names import GREEDY_EVALS
 from flows.tracking import Tracker, describe
 from flows.transcripts import Recorder, read_submissions
 
-EVAL_STAGES = ("baseline_eval", "trained_eval")
+EVAL_STAGES = GREEDY_EVALS
 
 
 def load_config(run: RunDir, overrides: list[str]) -> ExperimentConfig:
@@ -170,11 +171,14 @@ def summarize(run: RunDir, cfg: ExperimentConfig, stage: str, names: list[str], 
     for name, s in per_stage.items():
         metrics[f"{name}/agree"] = float(s["agree"])
         lines.append(f"| {name} | {s['submissions']} | {s['agree']} | {s['correct_before']} | {s['correct_after']} |")
+    from kernelflow.train.evaluation import TaskEvalResult
+
     tasks: dict[str, Any] = {}
     for name in names:
         if name not in EVAL_STAGES:
             continue
-        outs = results.outcomes(rejudged_records(run, name, rows))
+        outs = results.outcomes([TaskEvalResult.from_dict(r) for r in rejudged_records(run, name, rows)],
+                                cfg.trainer.eval_attempts)
         tasks[name] = outs
         for o in outs.values():
             metrics.update(results.task_metrics(o, prefix=f"{name}/"))

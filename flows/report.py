@@ -1,7 +1,8 @@
 """The run's report: the pilot's before/after table, per-task numbers, fast_p, plots; and its Prefect artifacts.
 
-`write_report(run, config)` reads what the stages stored in the run directory (both evaluations'
-results.json, each epoch's updates.json, validation.json) and writes `<run>/report/`:
+`write_report(run, config)` reads what the stages stored in the run directory (the evaluations'
+results.json and each epoch's updates.json as the train layer's types, through their `from_dict`;
+validation.json) and writes `<run>/report/`:
 
     report.md                   the tables below, with the plots linked (relative links: right on disk)
     report.html                 the same, one self-contained page with the plots inlined (MLflow previews it)
@@ -30,7 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from flows import report_page, results
+from flows import stage_names as names
 from flows.config import ExperimentConfig
+from flows.epoch import UPDATES_FILE, read_updates
 from flows.run_dir import RunDir, read_json
 
 TINY_WARNING = (
@@ -45,7 +48,12 @@ SFT_WARNING = (
 )
 GROUP_LABELS = {"train": "train", "reserved": "reserved", "heldout": "held-out", "families": "families"}
 FIRST_ONLY = "its first attempt is correct"
-BY_SECOND = "its first or second attempt is correct"
+
+
+def counts_when(attempts: int) -> str:
+    """What the pilot table's rows count, for `attempts` attempts per task (two: the pilot's wording)."""
+    return {1: FIRST_ONLY, 2: "its first or second attempt is correct"}.get(
+        attempts, f"one of its first {attempts} attempts is correct")
 # Short readings of the verdict statuses (the full table: docs/verdict.md); the legend lists those shown.
 STATUS_MEANINGS = {
     "ok": "correct",
@@ -94,27 +102,31 @@ def _change(before: float | int | None, after: float | int | None, digits: int =
     return f"{d:+d}" if isinstance(d, int) else f"{d:+.{digits}f}"
 
 
-def pilot_table(before: dict, after: dict, groups: dict[str, tuple[str, ...]]) -> list[str]:
+def pilot_table(before: dict, after: dict, groups: dict[str, tuple[str, ...]],
+                attempts: int = results.DEFAULT_ATTEMPTS) -> list[str]:
     """Correct tasks per group before/after; each row says which attempts it counts."""
     b, a = results.group_counts(before, groups), results.group_counts(after, groups)
+    by_last = counts_when(attempts)
     lines = ["| task group | counts a task correct when | tasks | before: correct | after: correct "
              "| change (after − before) |", "|---|---|---:|---:|---:|---:|"]
     for g in groups:
-        lines.append(f"| {GROUP_LABELS.get(g, g)} | {BY_SECOND} | {b[g]['tasks']} | {b[g]['correct']} | "
+        lines.append(f"| {GROUP_LABELS.get(g, g)} | {by_last} | {b[g]['tasks']} | {b[g]['correct']} | "
                      f"{a[g]['correct']} | {_change(b[g]['correct'], a[g]['correct'])} |")
     o_b, o_a = b["overall"], a["overall"]
     lines.append(f"| **overall** | **{FIRST_ONLY}** | {o_b['tasks']} | {o_b['first']} | {o_a['first']} | "
                  f"{_change(o_b['first'], o_a['first'])} |")
-    lines.append(f"| overall | {BY_SECOND} | {o_b['tasks']} | {o_b['correct']} | {o_a['correct']} | "
+    lines.append(f"| overall | {by_last} | {o_b['tasks']} | {o_b['correct']} | {o_a['correct']} | "
                  f"{_change(o_b['correct'], o_a['correct'])} |")
     return lines
 
 
-def status_legend(rows: list[dict[str, Any]]) -> str:
+def status_legend(rows: list[dict[str, Any]], attempts: int = results.DEFAULT_ATTEMPTS) -> str:
     """One line under the per-task table: how to read `a / b` and what each status shown means."""
     shown = {s for r in rows for side in ("before", "after") for s in r[side].split(" / ")}
     meanings = "; ".join(f"`{s}`: {m}" for s, m in STATUS_MEANINGS.items() if s in shown)
-    return ("Statuses read *first attempt / second attempt* (the second is written after reading the first's "
+    order, each = (("first attempt / second attempt", "the second is written after reading the first's") if attempts <= 2
+                   else ("first attempt / second attempt / ...", "each is written after reading the previous one's"))
+    return (f"Statuses read *{order}* ({each} "
             "feedback, e.g. `incorrect / compile_error`: the first kernel ran but gave wrong outputs, the second "
             "did not compile); one status alone: the episode ended after its first attempt (correct, or a one-attempt run). "
             + (f"{meanings}. " if meanings else "") + "All statuses: docs/verdict.md.")
@@ -143,7 +155,9 @@ def task_rows(config: ExperimentConfig, before: dict, after: dict, validation: d
 
 
 def sampled_section(config: ExperimentConfig, before: dict, after: dict) -> tuple[list[str], dict[str, float]]:
-    """Markdown lines and metrics of the sampled evaluations (`results.sample_outcomes` of each stage)."""
+    """Markdown lines and metrics of the sampled evaluations (`results.sample_outcomes` of each stage).
+
+    `by 2nd` columns count episodes correct at any attempt: by the last (the 2nd in the two-attempt protocol)."""
     groups = {**config.tasks.groups, "overall": config.tasks.all}
     rates = {side: {g: results.sampled_rates(outs, ids) for g, ids in groups.items()}
              for side, outs in (("before", before), ("after", after))}
@@ -153,11 +167,14 @@ def sampled_section(config: ExperimentConfig, before: dict, after: dict) -> tupl
     n = min(ns)
     ks = [k for k in results.pass_ks(n) if k in (1, n)]
     s = config.evaluation
+    attempts = s.attempts or config.trainer.eval_attempts
+    last = results.ordinal(attempts)
+    word = "second" if attempts == 2 else last
     lines = ["", f"## Sampled evaluation ({n} episode(s) per task at T {s.temperature}, top_p {s.top_p})", "",
              "Unbiased pass@k (1 − C(n−c, k)/C(n, k), mean over the group's tasks) and avg@n (c/n): c counts the "
-             "episodes whose first attempt is correct; `by 2nd` counts those correct by the second attempt.", "",
+             f"episodes whose first attempt is correct; `by {last}` counts those correct by the {word} attempt.", "",
              "| task group | " + " | ".join(f"pass@{k} before | after" for k in ks)
-             + " | avg@n before | after | pass@1 by 2nd before | after |",
+             + f" | avg@n before | after | pass@1 by {last} before | after |",
              "|---|" + "---:|---:|" * (len(ks) + 2)]
     metrics: dict[str, float] = {}
     for g in groups:
@@ -171,7 +188,7 @@ def sampled_section(config: ExperimentConfig, before: dict, after: dict) -> tupl
             for key in ("pass_at_1", "avg_at_n"):
                 if r.get(key) is not None:
                     metrics[f"report/sampled/{g}/{key}/{side}"] = float(r[key])
-    lines += ["", "| task | group | correct first, before | after | correct by 2nd, before | after |",
+    lines += ["", f"| task | group | correct first, before | after | correct by {last}, before | after |",
               "|---|---|---:|---:|---:|---:|"]
     for tid in config.tasks.all:
         b, a = before.get(tid, {}), after.get(tid, {})
@@ -194,7 +211,7 @@ def _pyplot():
     return plt
 
 
-def reward_figure(updates: list[dict]):
+def reward_figure(updates: list):
     """Mean reward of each update's group with a ± std band, clipped at 0 (no reward is negative).
 
     Epoch boundaries are dashed lines, drawn (and named in the legend) only when the run has more
@@ -204,13 +221,13 @@ def reward_figure(updates: list[dict]):
 
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.5))
-    xs = [u["update"] for u in updates]
-    means = [u["reward_mean"] for u in updates]
+    xs = [u.update for u in updates]
+    means = [u.reward_mean for u in updates]
     ax.plot(xs, means, marker="o", label="mean reward of the group")
-    ax.fill_between(xs, [max(0.0, m - u["reward_std"]) for m, u in zip(means, updates, strict=True)],
-                    [m + u["reward_std"] for m, u in zip(means, updates, strict=True)], alpha=0.2, label="± std (clipped at 0)")
-    for i, e in enumerate(sorted({u["epoch"] for u in updates})[1:]):
-        ax.axvline(min(u["update"] for u in updates if u["epoch"] == e) - 0.5, color="grey", lw=0.8, ls="--",
+    ax.fill_between(xs, [max(0.0, m - u.reward_std) for m, u in zip(means, updates, strict=True)],
+                    [m + u.reward_std for m, u in zip(means, updates, strict=True)], alpha=0.2, label="± std (clipped at 0)")
+    for i, e in enumerate(sorted({u.epoch for u in updates})[1:]):
+        ax.axvline(min(u.update for u in updates if u.epoch == e) - 0.5, color="grey", lw=0.8, ls="--",
                    label="epoch boundary" if i == 0 else None)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylim(bottom=0.0)
@@ -260,7 +277,7 @@ def _save(fig, path: Path) -> None:
     _pyplot().close(fig)
 
 
-def plot_rewards(updates: list[dict], path: Path) -> None:
+def plot_rewards(updates: list, path: Path) -> None:
     _save(reward_figure(updates), path)
 
 
@@ -268,17 +285,25 @@ def plot_before_after(rows: list[dict[str, Any]], path: Path) -> None:
     _save(before_after_figure(rows), path)
 
 
+def load_results(run: RunDir, stage: str, sampled: bool = False) -> list:
+    """An evaluation stage's stored results as `TaskEvalResult`s (`SampledTaskResult`s); none if it wrote none."""
+    from kernelflow.train.evaluation import SampledTaskResult, TaskEvalResult
+
+    kind = SampledTaskResult if sampled else TaskEvalResult
+    return [kind.from_dict(r) for r in _load(run.path / stage / "results.json", [])]
+
+
 def write_report(run: RunDir, config: ExperimentConfig, mlflow_run: str = "") -> RenderedReport:
     """Render the report into `<run>/report/` from the stored stage results (see the module docstring)."""
-    before = results.outcomes(_load(run.path / "baseline_eval" / "results.json", []))
-    after = results.outcomes(_load(run.path / "trained_eval" / "results.json", []))
-    validation = _load(run.path / "seed_validation" / "validation.json", {})
-    updates = []
-    for epoch in range(1, config.trainer.epochs + 1):
-        updates += _load(run.path / f"epoch-{epoch}" / "updates.json", [])
-    provenance = _load(run.path / "provenance" / "provenance.json", {})
-    sampled_before = results.sample_outcomes(_load(run.path / results.SAMPLED_STAGES["baseline_eval"] / "results.json", []))
-    sampled_after = results.sample_outcomes(_load(run.path / results.SAMPLED_STAGES["trained_eval"] / "results.json", []))
+    attempts = config.trainer.eval_attempts
+    before = results.outcomes(load_results(run, names.BASELINE_EVAL), attempts)
+    after = results.outcomes(load_results(run, names.TRAINED_EVAL), attempts)
+    validation = _load(run.path / names.SEED_VALIDATION / "validation.json", {})
+    stored = [run.path / names.epoch_stage(e) / UPDATES_FILE for e in range(1, config.trainer.epochs + 1)]
+    updates = [u for path in stored if path.is_file() for u in read_updates(path)]  # `UpdateMetrics` records
+    provenance = _load(run.path / names.PROVENANCE / "provenance.json", {})
+    sampled_before = results.sample_outcomes(load_results(run, names.BASELINE_SAMPLED, sampled=True))
+    sampled_after = results.sample_outcomes(load_results(run, names.TRAINED_SAMPLED, sampled=True))
     out = run.report_dir
     rows = task_rows(config, before, after, validation)
     if updates:
@@ -308,8 +333,9 @@ def write_report(run: RunDir, config: ExperimentConfig, mlflow_run: str = "") ->
     ]
     if mlflow_run:
         lines.append(f"- MLflow: {mlflow_run}")
-    lines += ["", "## Correct tasks before and after training (greedy, two attempts)", ""]
-    lines += pilot_table(before, after, config.tasks.groups)
+    n_attempts = {1: "one attempt", 2: "two attempts"}.get(attempts, f"{attempts} attempts")
+    lines += ["", f"## Correct tasks before and after training (greedy, {n_attempts})", ""]
+    lines += pilot_table(before, after, config.tasks.groups, attempts)
     lines += ["", "Roles: " + "; ".join(f"**{GROUP_LABELS.get(g, g)}**: {role}" for g, role in config.tasks.roles.items())
               + "."]
     lines += ["", "## Per task (after training: the first correct attempt's numbers)", "",
@@ -323,7 +349,7 @@ def write_report(run: RunDir, config: ExperimentConfig, mlflow_run: str = "") ->
             f"{_fmt(r['runtime_ms'], 4)} | {_fmt(r['roofline_fraction'])} | "
             f"{_fmt(r['speedup_vs_eager'], 2)} | {_fmt(r['extra_seeds'])} |"
         )
-    lines += ["", status_legend(rows)]
+    lines += ["", status_legend(rows, attempts)]
     lines += ["", "## fast_p (correct and faster than eager PyTorch by more than p)", "",
               "| p | before | after |", "|---:|---:|---:|"]
     metrics: dict[str, float] = {}

@@ -30,6 +30,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from flows.config import ExperimentConfig, flatten, to_container
+from flows.stage_names import REPORT, epoch_stage
 
 # Settings that do not change a run's results: where things run, how they are tracked, limits that
 # only bound waiting or concurrency. Changing them continues the same run.
@@ -143,11 +144,11 @@ class RunDir:
         return d
 
     def checkpoint_dir(self, epoch: int) -> Path:
-        return self.path / "checkpoints" / f"epoch-{epoch}"
+        return self.path / "checkpoints" / epoch_stage(epoch)
 
     @property
     def report_dir(self) -> Path:
-        return self.stage_dir("report")
+        return self.stage_dir(REPORT)
 
     # -- state -------------------------------------------------------------------------------------
 
@@ -193,7 +194,7 @@ class RunDir:
         """The highest N such that epochs 1..N are all completed (0 when none is)."""
         done = 0
         for epoch in range(1, epochs + 1):
-            if not self.completed(f"epoch-{epoch}"):
+            if not self.completed(epoch_stage(epoch)):
                 break
             done = epoch
         return done

@@ -1,5 +1,5 @@
-"""The experiment's stages as Prefect tasks: provenance, greedy and sampled evaluation, a training epoch,
-validation, report.
+"""The experiment's stages as Prefect tasks: provenance, policy, greedy and sampled evaluation, a training
+epoch, validation, report.
 
 Each task runs one stage of one run (`RunContext`): it is skipped when the run's state says it is
 complete (its task run then ends in a Completed state named "Skipped", saying which attempt did it),
@@ -13,7 +13,9 @@ checkpoint, so a resumed run continues exactly where the saved one stopped.
 
 Testing hook: with KERNELFLOW_FAIL_STAGE=<stage> in the environment, that stage raises at its start
 (the resume tests use it to fail a run at a chosen point). This module does not order the stages
-(`experiment.py` does) or render the report (`report.py`).
+(the table in `stage_table.py` does), run an epoch's training (`epoch.py`) or render the report
+(`report.py`). Evaluation results are handled as `TaskEvalResult` / `SampledTaskResult`, stored with
+their `to_dict()` and read back with `from_dict()`.
 """
 
 from __future__ import annotations
@@ -31,7 +33,19 @@ from prefect.states import Completed, State
 from flows import provenance, results
 from flows.config import ExperimentConfig
 from flows.endpoint import Endpoint, server_config_json
+from flows.epoch import run_epoch
 from flows.run_dir import RunDir, config_hash, read_json, split_settings, write_json
+from flows.stage_names import (
+    BASELINE_EVAL,
+    BASELINE_SAMPLED,
+    EPOCH_PREFIX,
+    POLICY,
+    PROVENANCE,
+    REPORT,
+    SEED_VALIDATION,
+    TRAINED_EVAL,
+)
+from flows.stage_names import epoch_stage as epoch_name
 from flows.tracking import NOTE_TAG, Tracker
 from flows.transcripts import Recorder
 from kernelflow.eval import Status
@@ -109,7 +123,7 @@ def run_stage(ctx: RunContext, stage: str, body: Callable[[str], dict]) -> dict 
     return summary
 
 
-@task(name="provenance", task_run_name="provenance", cache_policy=NO_CACHE)
+@task(name=PROVENANCE, task_run_name=PROVENANCE, cache_policy=NO_CACHE)
 def provenance_stage(ctx: RunContext) -> dict:
     """Tag the parent run with provenance, log the config as params, save config and server settings."""
 
@@ -125,7 +139,7 @@ def provenance_stage(ctx: RunContext) -> dict:
                                              NOTE_TAG: provenance.run_note(cfg, run.path.name, tags)})
         tracker.set_tags(tracker.parent_id, placement)  # where it ran may change between attempts: tags, not params
         tracker.log_params(tracker.parent_id, result_keys)
-        d = run.stage_dir("provenance")
+        d = run.stage_dir(PROVENANCE)
         write_json(d / "provenance.json", tags)
         (run.path / "env_server.json").write_text(server_config_json(cfg.env) + "\n")
         tracker.log_artifacts(run_id, d)
@@ -135,7 +149,32 @@ def provenance_stage(ctx: RunContext) -> dict:
               f"suite {tags['tasks.suite_hash'][:12]}, evaluator {tags['evaluator.version']}, gpu {tags['gpu.name']}")
         return {"git_sha": tags["git.sha"], "config_hash": h}
 
-    return run_stage(ctx, "provenance", body)
+    return run_stage(ctx, PROVENANCE, body)
+
+
+@task(name=POLICY, task_run_name=POLICY, cache_policy=NO_CACHE)
+def policy_stage(ctx: RunContext) -> dict:
+    """Make the policy's base model ready: build it where it is built here (the tiny or SFT model, once
+    per machine and cache directory, then cached), so the build is a stage of its own instead of part
+    of baseline_eval's duration. A hub or local model is only named here; it loads in the first stage
+    that needs it. A later stage still builds the model if its cache was removed after this stage."""
+
+    def body(run_id: str) -> dict:
+        import time
+
+        from kernelflow.train.policy import model_location
+
+        policy = ctx.config.trainer.policy
+        start = time.perf_counter()
+        location, revision = model_location(policy)
+        seconds = time.perf_counter() - start
+        ctx.tracker.set_tags(run_id, {"policy.source": policy.source, "policy.location": location,
+                                      "policy.revision": revision or "n/a"})
+        print(f"policy: {policy.source} model at {location}{f'@{revision}' if revision else ''} "
+              f"(ready in {seconds:.1f} s)")
+        return {"source": policy.source, "location": location, "revision": revision, "seconds": round(seconds, 1)}
+
+    return run_stage(ctx, POLICY, body)
 
 
 def _evaluation_loop(ctx: RunContext, stage: str, before_training: bool):
@@ -148,15 +187,13 @@ def _evaluation_loop(ctx: RunContext, stage: str, before_training: bool):
     return loop
 
 
-def _store_evaluation(ctx: RunContext, run_id: str, stage: str, records: list[dict],
+def _store_evaluation(ctx: RunContext, run_id: str, stage: str, records: list,
                       metrics: dict[str, float | None]) -> dict:
     """Write an evaluation's records (tagged with their task group) and submissions, log its metrics to
     its own run and, prefixed with the stage, to the parent, and upload the stage's files; returns the
     recorder's counts."""
     d = ctx.run.stage_dir(stage)
-    for r in records:
-        r["group"] = ctx.config.tasks.group_of(r["task_id"])
-    write_json(d / "results.json", records)
+    write_json(d / "results.json", [{**r.to_dict(), "group": ctx.config.tasks.group_of(r.task_id)} for r in records])
     counts = ctx.recorder.write(d)
     ctx.tracker.log_metrics(run_id, metrics)
     ctx.tracker.log_metrics(ctx.tracker.parent_id, {f"{stage}/{k}": v for k, v in metrics.items()})
@@ -166,20 +203,22 @@ def _store_evaluation(ctx: RunContext, run_id: str, stage: str, records: list[di
 
 @task(name="greedy-evaluation", task_run_name="{stage}", cache_policy=NO_CACHE)
 def eval_stage(ctx: RunContext, stage: str) -> dict:
-    """Greedy evaluation of every task (two attempts): the base model before training, the adapter after."""
+    """Greedy evaluation of every task (`trainer.eval_attempts` attempts): the base model before training,
+    the adapter after."""
 
     def body(run_id: str) -> dict:
         cfg = ctx.config
-        loop = _evaluation_loop(ctx, stage, before_training=stage == "baseline_eval")
-        records = [r.to_dict() for r in loop.greedy_evaluate(list(cfg.tasks.all), seed=cfg.trainer.env_seed)]
-        outs = results.outcomes(records)
+        loop = _evaluation_loop(ctx, stage, before_training=stage == BASELINE_EVAL)
+        records = loop.greedy_evaluate(list(cfg.tasks.all), seed=cfg.trainer.env_seed)
+        outs = results.outcomes(records, cfg.trainer.eval_attempts)
         metrics: dict[str, float | None] = {}
         for o in outs.values():
             metrics.update(results.task_metrics(o))
         metrics.update(results.summary_metrics(outs, cfg.tasks.groups))
         counts = _store_evaluation(ctx, run_id, stage, records, metrics)
         table = results.group_counts(outs, cfg.tasks.groups)
-        print(f"{stage}: " + ", ".join(f"{g} {c['first']}/{c['tasks']} first, {c['correct']}/{c['tasks']} by 2nd"
+        by = f"by {results.ordinal(cfg.trainer.eval_attempts)}"
+        print(f"{stage}: " + ", ".join(f"{g} {c['first']}/{c['tasks']} first, {c['correct']}/{c['tasks']} {by}"
                                        for g, c in table.items()))
         return {"groups": table, **counts}
 
@@ -197,9 +236,8 @@ def sampled_eval_stage(ctx: RunContext, stage: str) -> dict:
 
     def body(run_id: str) -> dict:
         cfg = ctx.config
-        loop = _evaluation_loop(ctx, stage, before_training=stage == results.SAMPLED_STAGES["baseline_eval"])
-        sampled = loop.sample_evaluate(list(cfg.tasks.all), cfg.evaluation, seed=cfg.trainer.env_seed)
-        records = [r.to_dict() for r in sampled]
+        loop = _evaluation_loop(ctx, stage, before_training=stage == BASELINE_SAMPLED)
+        records = loop.sample_evaluate(list(cfg.tasks.all), cfg.evaluation, seed=cfg.trainer.env_seed)
         outs = results.sample_outcomes(records)
         metrics: dict[str, float | None] = {}
         for o in outs.values():
@@ -215,30 +253,27 @@ def sampled_eval_stage(ctx: RunContext, stage: str) -> dict:
     return run_stage(ctx, stage, body)
 
 
-@task(name="train-epoch", task_run_name="epoch-{epoch}", cache_policy=NO_CACHE)
+@task(name="train-epoch", task_run_name=EPOCH_PREFIX + "{epoch}", cache_policy=NO_CACHE)
 def epoch_stage(ctx: RunContext, epoch: int) -> dict:
     """One training epoch (one update per training task), then a checkpoint."""
-    stage = f"epoch-{epoch}"
+    stage = epoch_name(epoch)
 
     def body(run_id: str) -> dict:
         cfg, run, tracker = ctx.config, ctx.run, ctx.tracker
         ctx.recorder = Recorder(stage)
         d = run.stage_dir(stage)
         if cfg.trainer.data_parallel.num_processes > 1:
-            # N training processes (train_job.py) write the same files. The in-process policy is let go
-            # first, so its GPU memory is free; an evaluation stage rebuilds it from the last checkpoint.
+            # N training processes (train_job.py) run the same epoch function (epoch.py) and write the
+            # same files. The in-process policy is let go first, so its GPU memory is free; an evaluation
+            # stage rebuilds it from the last checkpoint.
             from flows import train_job
 
             ctx._loop = None
-            updates, info, counts = train_job.launch(ctx, epoch)
-            total_updates = updates[-1].update
+            result = train_job.launch(ctx, epoch)
         else:
-            loop = ctx.loop()
-            updates = loop.train_epoch(epoch, list(cfg.tasks.train))
-            info = loop.save_checkpoint(run.checkpoint_dir(epoch))
-            write_json(d / "updates.json", [m.to_dict() for m in updates])
-            counts = ctx.recorder.write(d)
-            total_updates = loop.updates
+            result = run_epoch(ctx.loop(), epoch, cfg.tasks.train, run.checkpoint_dir(epoch), d, ctx.recorder)
+        assert result is not None  # the flow's process is the main one
+        updates, info, counts = result.updates, result.checkpoint, result.counts
         meta = read_json(info.path / "trainer_state.json")
         adapter = provenance.adapter_tags(meta.get("weight_sha256", {}))
         for m in updates:  # logged once the epoch is complete, so a redone epoch never logs a step twice
@@ -252,7 +287,7 @@ def epoch_stage(ctx: RunContext, epoch: int) -> dict:
             tracker.log_artifacts(tracker.parent_id, info.adapter_path, "adapter")
         rewards = [m.reward_mean for m in updates]
         print(f"{stage}: {len(updates)} update(s), mean reward {sum(rewards) / len(rewards):.3f}; checkpoint {info.path}")
-        return {"updates": total_updates, "checkpoint": str(info.path), "weight_sha256": meta.get("weight_sha256", {}),
+        return {"updates": result.total_updates, "checkpoint": str(info.path), "weight_sha256": meta.get("weight_sha256", {}),
                 **counts}
 
     return run_stage(ctx, stage, body)
@@ -264,18 +299,20 @@ def dense_statuses(scalars: dict[str, float]) -> dict[str, float]:
     return {**{f"status_{s.value}": 0.0 for s in Status}, **scalars}
 
 
-@task(name="seed-validation", task_run_name="seed_validation", cache_policy=NO_CACHE)
+@task(name="seed-validation", task_run_name=SEED_VALIDATION, cache_policy=NO_CACHE)
 def validation_stage(ctx: RunContext) -> dict:
     """Re-judge each task solved after training with its solving kernel on the extra seeds."""
 
     def body(run_id: str) -> dict:
+        from kernelflow.train.evaluation import TaskEvalResult
+
         cfg, run, tracker = ctx.config, ctx.run, ctx.tracker
-        records = read_json(run.stage_dir("trained_eval") / "results.json")
+        records = [TaskEvalResult.from_dict(r) for r in read_json(run.stage_dir(TRAINED_EVAL) / "results.json")]
         seeds = provenance.validation_seeds(cfg)
-        ctx.recorder = Recorder("seed_validation")
+        ctx.recorder = Recorder(SEED_VALIDATION)
         outcome = validate(ctx.recorder, ctx.endpoint, records, seeds, cfg.eval.shape, cfg.env.server.max_sessions,
                            cfg.trainer.message_timeout_s)
-        d = run.stage_dir("seed_validation")
+        d = run.stage_dir(SEED_VALIDATION)
         write_json(d / "validation.json", outcome)
         counts = ctx.recorder.write(d)
         metrics = {}
@@ -284,33 +321,30 @@ def validation_stage(ctx: RunContext) -> dict:
             metrics[f"{tid}/extra_seeds_passed"] = float(v["passed"])
         metrics["validated"] = float(outcome["validated"])
         tracker.log_metrics(run_id, metrics)
-        tracker.log_metrics(tracker.parent_id, {f"seed_validation/{k}": v for k, v in metrics.items()})
-        tracker.log_artifacts(run_id, d, "seed_validation")
+        tracker.log_metrics(tracker.parent_id, {f"{SEED_VALIDATION}/{k}": v for k, v in metrics.items()})
+        tracker.log_artifacts(run_id, d, SEED_VALIDATION)
         print(f"seed validation: {outcome['validated']}/{outcome['solved']} solved task(s) correct on all "
               f"{len(seeds)} extra seed(s) {seeds}")
         return {"solved": outcome["solved"], "validated": outcome["validated"], **counts}
 
-    return run_stage(ctx, "seed_validation", body)
+    return run_stage(ctx, SEED_VALIDATION, body)
 
 
-def headline(run: RunDir) -> str:
-    """The report's headline: tasks correct by the 2nd attempt before and after training, per group."""
+def headline(run: RunDir, attempts: int = results.DEFAULT_ATTEMPTS) -> str:
+    """The report's headline: tasks correct by the last of `attempts` attempts before and after training, per group."""
     stages = run.state()["stages"]
-    before = stages.get("baseline_eval", {}).get("summary", {}).get("groups", {})
-    after = stages.get("trained_eval", {}).get("summary", {}).get("groups", {})
+    before = stages.get(BASELINE_EVAL, {}).get("summary", {}).get("groups", {})
+    after = stages.get(TRAINED_EVAL, {}).get("summary", {}).get("groups", {})
     parts = [f"{g} {before[g]['correct']}/{c['tasks']} -> {c['correct']}/{c['tasks']}"
              for g, c in after.items() if g in before]
-    return ("tasks correct by the 2nd attempt, before -> after training: " + ", ".join(parts)) if parts else ""
+    return (f"tasks correct {results.by_attempt(attempts)}, before -> after training: " + ", ".join(parts)) if parts else ""
 
 
-def validate(recorder: Recorder, endpoint: Endpoint, records: list[dict], seeds: list[int], shape: str,
+def validate(recorder: Recorder, endpoint: Endpoint, records: list, seeds: list[int], shape: str,
              max_sessions: int, timeout_s: float) -> dict:
-    """Submit each solving kernel once per seed (a fresh episode each) and count the correct verdicts."""
-    solved = {}
-    for r in records:
-        turn = next((t for t in r["turns"] if t["correct"]), None)
-        if turn is not None:
-            solved[r["task_id"]] = turn["answer"]
+    """Submit each solving kernel (`TaskEvalResult.first_correct_turn`) once per seed (a fresh episode each)
+    and count the correct verdicts."""
+    solved = {r.task_id: r.first_correct_turn.answer for r in records if r.first_correct_turn is not None}
     make = recorder.factory(endpoint.url, endpoint.token, timeout_s)
 
     def judge(job: tuple[str, int]) -> tuple[str, int, dict]:
@@ -336,7 +370,7 @@ def validate(recorder: Recorder, endpoint: Endpoint, records: list[dict], seeds:
             "tasks": tasks}
 
 
-@task(name="report", task_run_name="report", cache_policy=NO_CACHE)
+@task(name=REPORT, task_run_name=REPORT, cache_policy=NO_CACHE)
 def report_stage(ctx: RunContext) -> dict:
     """Render the report (markdown + PNG plots), log it to MLflow and publish it as Prefect artifacts."""
     from flows import report
@@ -345,12 +379,13 @@ def report_stage(ctx: RunContext) -> dict:
         cfg, run, tracker = ctx.config, ctx.run, ctx.tracker
         rendered = report.write_report(run, cfg, mlflow_run=tracker.run_url())
         tracker.log_metrics(tracker.parent_id, rendered.metrics)
-        tags = read_json(run.stage_dir("provenance") / "provenance.json")
-        tracker.set_tags(tracker.parent_id, {NOTE_TAG: provenance.run_note(cfg, run.path.name, tags, headline(run))})
-        tracker.log_artifacts(run_id, run.report_dir, "report")
-        tracker.log_artifacts(tracker.parent_id, run.report_dir, "report")
+        tags = read_json(run.stage_dir(PROVENANCE) / "provenance.json")
+        note = provenance.run_note(cfg, run.path.name, tags, headline(run, cfg.trainer.eval_attempts))
+        tracker.set_tags(tracker.parent_id, {NOTE_TAG: note})
+        tracker.log_artifacts(run_id, run.report_dir, REPORT)
+        tracker.log_artifacts(tracker.parent_id, run.report_dir, REPORT)
         if cfg.tracking.prefect_artifacts:
             report.publish_prefect(rendered, run.path.name)
         return {"report": str(rendered.path), "metrics": json.loads(json.dumps(rendered.metrics))}
 
-    return run_stage(ctx, "report", body)
+    return run_stage(ctx, REPORT, body)

@@ -6,12 +6,13 @@
 `launch(ctx, epoch)` (in the flow's process) checks the placement, writes the job file, starts the
 command above (stdout and stderr go to the flow's), waits, and reads back what rank 0 wrote. Each rank
 (`main`) loads the policy on its own device (cuda:<local rank>, or the CPU with gloo), restores the
-previous epoch's checkpoint, and runs `GRPOLoop.train_epoch` with `DataParallel`
-(kernelflow/train/distributed.py): it generates and submits its share of every group through its
-own recording sessions to the experiment's environment server. Rank 0 then writes exactly what the
-in-process path writes: the checkpoint, `updates.json`, and the submissions and transcripts of every
-rank's episodes (gathered, numbered group by group). The environment token travels in
-$KERNELFLOW_ENV_TOKEN, never in the job file.
+previous epoch's checkpoint, and runs the same epoch function as the in-process path
+(`flows/epoch.py`'s `run_epoch`) with `DataParallel` (kernelflow/train/distributed.py): it generates
+and submits its share of every group through its own recording sessions to the experiment's
+environment server. Rank 0 therefore writes exactly what the in-process path writes: the checkpoint,
+`updates.json`, and the submissions and transcripts of every rank's episodes (gathered, numbered
+group by group), plus `dp_result.json` (`EpochResult.summary()`), which `launch` reads back. The
+environment token travels in $KERNELFLOW_ENV_TOKEN, never in the job file.
 
 This module does not log to MLflow or mark stages complete (`stages.py` does, from what it reads
 back); greedy evaluation stays in the flow's process.
@@ -28,7 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from flows.config import ExperimentConfig, from_parameters, to_container
+from flows.epoch import EpochResult, run_epoch
 from flows.run_dir import read_json, write_json
+from flows.stage_names import epoch_stage
 from flows.transcripts import Recorder
 from kernelflow.env.models import TOKEN_ENV_VAR
 
@@ -78,24 +81,8 @@ def job_command(job_path: Path, num_processes: int, port: int | None) -> list[st
             "-m", "flows.train_job", str(job_path)]
 
 
-def read_updates(path: Path) -> list:
-    """`updates.json` back as `UpdateMetrics` records (what the stage logs)."""
-    from kernelflow.train.metrics import SampledKernel, UpdateMetrics
-
-    out = []
-    for d in read_json(path):
-        d = dict(d)
-        d["samples"] = tuple(SampledKernel(**s) for s in d.get("samples", ()))
-        d["correct_rate_per_turn"] = tuple(d["correct_rate_per_turn"])
-        d["group_size_per_turn"] = tuple(d["group_size_per_turn"])
-        out.append(UpdateMetrics(**d))
-    return out
-
-
-def launch(ctx: Any, epoch: int) -> tuple[list, Any, dict[str, int]]:
-    """Run epoch `epoch` as an N-process job; returns (update metrics, checkpoint info, recorded counts)."""
-    from kernelflow.train.checkpoint import CheckpointInfo, read_checkpoint_meta
-
+def launch(ctx: Any, epoch: int) -> EpochResult:
+    """Run epoch `epoch` as an N-process job; returns what rank 0 wrote (flows/epoch.py's `EpochResult`)."""
     cfg, run, endpoint = ctx.config, ctx.run, ctx.endpoint
     dp = cfg.trainer.data_parallel
     check_placement(cfg)
@@ -106,7 +93,7 @@ def launch(ctx: Any, epoch: int) -> tuple[list, Any, dict[str, int]]:
     gc.collect()  # the flow's own policy was let go: hand its cached GPU memory back before the ranks start
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    stage = f"epoch-{epoch}"
+    stage = epoch_stage(epoch)
     stage_dir = run.stage_dir(stage)
     done = run.last_completed_epoch(cfg.trainer.epochs)
     if done != epoch - 1:
@@ -134,25 +121,7 @@ def launch(ctx: Any, epoch: int) -> tuple[list, Any, dict[str, int]]:
             f"the data-parallel job of {stage} failed (exit status {rc}); its ranks' output is above. "
             f"Rerun it alone with: {' '.join(cmd)}"
         )
-    result = read_json(stage_dir / RESULT_FILE)
-    path = Path(result["checkpoint"])
-    meta = read_checkpoint_meta(path)
-    info = CheckpointInfo(path, meta["epochs_completed"], meta["updates"], meta["sha256"],
-                          tuple(meta.get("train_tasks", ())))
-    return read_updates(stage_dir / "updates.json"), info, result["counts"]
-
-
-def merge_episodes(per_rank: list[list[dict[str, Any]]], per_group: int) -> list[dict[str, Any]]:
-    """Every rank's recorded episodes numbered 1.. group by group (rank 0's share of a group first).
-
-    A rank records `per_group` episodes per group, numbered 1.. in the order it made them.
-    """
-    keyed = []
-    for rank, episodes in enumerate(per_rank):
-        for ep in episodes:
-            keyed.append(((ep["episode"] - 1) // per_group, rank, ep["episode"], ep))
-    keyed.sort(key=lambda k: k[:3])
-    return [{**ep, "episode": i} for i, (*_, ep) in enumerate(keyed, 1)]
+    return EpochResult.read(stage_dir, read_json(stage_dir / RESULT_FILE))
 
 
 def main(job_path: str) -> None:
@@ -174,18 +143,10 @@ def main(job_path: str) -> None:
     )
     if job["resume"]:
         loop.load_checkpoint(job["resume"])
-    updates = loop.train_epoch(job["epoch"], list(cfg.tasks.train))
-    info = loop.save_checkpoint(job["checkpoint"])
-    per_rank = dp.gather(recorder.episodes)
-    if dp.is_main:
-        stage_dir = Path(job["stage_dir"])
-        merged = Recorder(job["stage"])
-        for ep in merge_episodes(per_rank, t.group_size // dp.world_size):
-            merged.add(ep)
-        counts = merged.write(stage_dir)
-        write_json(stage_dir / "updates.json", [m.to_dict() for m in updates])
-        write_json(stage_dir / RESULT_FILE, {"checkpoint": str(info.path), "counts": counts, "updates": loop.updates,
-                                             "num_processes": dp.world_size})
+    stage_dir = Path(job["stage_dir"])
+    result = run_epoch(loop, job["epoch"], cfg.tasks.train, job["checkpoint"], stage_dir, recorder, dp)
+    if result is not None:  # rank 0
+        write_json(stage_dir / RESULT_FILE, {**result.summary(), "num_processes": dp.world_size})
     dp.close()
 
 

@@ -50,6 +50,17 @@ class CheckpointInfo:
     def adapter_path(self) -> Path:
         return self.path / ADAPTER_DIR
 
+    @classmethod
+    def from_meta(cls, path: str | Path, meta: dict) -> CheckpointInfo:
+        """The info of the checkpoint at `path` from its `trainer_state.json` record."""
+        return cls(Path(path), meta["epochs_completed"], meta["updates"], meta["sha256"],
+                   tuple(meta.get("train_tasks", ())))
+
+    @classmethod
+    def read(cls, path: str | Path) -> CheckpointInfo:
+        """The info of the checkpoint written at `path` (its metadata only; nothing is verified or loaded)."""
+        return cls.from_meta(path, read_checkpoint_meta(path))
+
 
 def sha256_file(path: Path) -> str:
     with open(path, "rb") as f:
@@ -215,6 +226,4 @@ def load_checkpoint(
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     set_rng_state(state["rng"])
-    return CheckpointInfo(
-        directory, meta["epochs_completed"], meta["updates"], meta["sha256"], tuple(meta.get("train_tasks", ()))
-    )
+    return CheckpointInfo.from_meta(directory, meta)

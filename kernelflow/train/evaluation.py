@@ -13,6 +13,9 @@ first-attempt and after-feedback numbers.
   torch RNG seeded for the evaluation alone (`fork_rng`), so the same settings draw the same samples
   and the training RNG is not advanced: a run with a sampled evaluation trains exactly like one without.
 
+Every result type has `to_dict()` (JSON, what the flow stores) and `from_dict()` (the same record
+back as the typed result), so the flow reads stored results as these types, never by string keys.
+
 This module does not aggregate across tasks or groups or compute pass@k (the flow does) and never
 touches the evaluator except through the environment.
 """
@@ -20,8 +23,9 @@ touches the evaluator except through the environment.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 import torch
 
@@ -55,10 +59,15 @@ class TurnVerdict:
             answer=t.answer, feedback=t.feedback, verdict=t.verdict,
         )
 
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TurnVerdict:
+        """The record `asdict` wrote (results.json), back as a TurnVerdict; unknown keys are ignored."""
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+
 
 @dataclass(frozen=True)
 class TaskEvalResult:
-    """A task's greedy attempts, in order (one or two)."""
+    """A task's attempts in one episode, in order (up to `eval_attempts`; any number of turns)."""
 
     task_id: str
     seed: int
@@ -73,6 +82,16 @@ class TaskEvalResult:
         """Correct at some attempt."""
         return any(t.correct for t in self.turns)
 
+    def correct_by(self, attempt: int) -> bool:
+        """Correct at one of the first `attempt` attempts (an episode ends early only once correct or out
+        of turns, so a missing later attempt never turns a correct episode into an incorrect one)."""
+        return any(t.correct for t in self.turns[:attempt])
+
+    @property
+    def first_correct_turn(self) -> TurnVerdict | None:
+        """The first correct attempt (its timing is what the report shows), or None."""
+        return next((t for t in self.turns if t.correct), None)
+
     @property
     def best(self) -> TurnVerdict | None:
         return max(self.turns, key=lambda t: t.reward, default=None)
@@ -81,6 +100,12 @@ class TaskEvalResult:
         d = asdict(self)
         d.update(first_correct=self.first_correct, correct=self.correct)
         return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TaskEvalResult:
+        """`to_dict()`'s record back (derived keys such as `correct` and added ones such as `group` are ignored)."""
+        return cls(task_id=d["task_id"], seed=int(d.get("seed", 0)),
+                   turns=tuple(TurnVerdict.from_dict(t) for t in d.get("turns") or ()))
 
 
 @dataclass(frozen=True)
@@ -205,6 +230,12 @@ class SampledTaskResult:
         return {"task_id": self.task_id, "seed": self.seed, "samples": self.samples,
                 "first_correct": self.first_correct, "correct": self.correct,
                 "episodes": [e.to_dict() for e in self.episodes]}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SampledTaskResult:
+        """`to_dict()`'s record back; the counts are recomputed from the episodes."""
+        return cls(task_id=d["task_id"], seed=int(d.get("seed", 0)),
+                   episodes=tuple(TaskEvalResult.from_dict(e) for e in d.get("episodes") or ()))
 
 
 def sample_evaluate(

@@ -9,7 +9,8 @@ first eos: what was submitted), `generation_decode_steps` the batches' forward p
 prompt (one token for every row still running); `generation_tokens_per_s` and
 `generation_steps_per_s` divide them by the generation seconds. `update_skipped` is 1 when every
 advantage was 0 and the update ran no forward, backward or optimiser step (update.py).
-`scalars()` flattens it into name -> float for a tracker; `to_dict()` keeps everything.
+`scalars()` flattens it into name -> float for a tracker; `to_dict()` keeps everything and
+`from_dict()` reads it back.
 This module only summarises; it logs nothing and imports no tracker.
 """
 
@@ -18,8 +19,9 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 from kernelflow.train.advantages import Advantages
 from kernelflow.train.rollout import EpisodeRecord, GroupRollout
@@ -103,6 +105,16 @@ class UpdateMetrics:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> UpdateMetrics:
+        """`to_dict()`'s record (updates.json) back: tuples and sampled kernels restored, unknown keys ignored."""
+        kw = {f.name: d[f.name] for f in fields(cls) if f.name in d}
+        kw["correct_rate_per_turn"] = tuple(kw.get("correct_rate_per_turn", ()))
+        kw["group_size_per_turn"] = tuple(kw.get("group_size_per_turn", ()))
+        kw["status_counts"] = dict(kw.get("status_counts", {}))
+        kw["samples"] = tuple(SampledKernel(**s) for s in kw.get("samples", ()))
+        return cls(**kw)
 
     def summary(self, total_updates: int | None = None) -> str:
         """One progress line."""

@@ -19,6 +19,7 @@ from flows.report_page import data_uri
 from flows.results import outcomes, sample_task_metrics, summary_metrics, task_metrics
 from flows.run_dir import RunDir, run_name, split_settings
 from flows.tracking import Tracker
+from kernelflow.train.evaluation import TaskEvalResult
 from tests.flows.conftest import compose_config
 
 EXPERIMENT = "seeds-test"
@@ -40,10 +41,11 @@ SAMPLES = {42: {"19_ReLU": (4, 2, 3)}, 43: {"19_ReLU": (4, 2, 3)}}
 def _turn(turn: int, correct: bool, speedup: float | None = None, roofline: float | None = None) -> dict:
     verdict = {"speedup_vs_eager": speedup, "roofline_fraction": roofline, "runtime_ms": 0.01} if correct else {}
     return {"turn": turn, "status": "ok" if correct else "wrong_output", "correct": correct,
-            "reward": 1.0 if correct else 0.0, "verdict": verdict}
+            "reward": 1.0 if correct else 0.0, "runtime_ms": None, "roofline_fraction": None, "completion_tokens": 1,
+            "truncated": False, "answer": "", "feedback": "", "verdict": verdict}
 
 
-def _records(cfg, table: dict) -> list[dict]:
+def _records(cfg, table: dict) -> list[TaskEvalResult]:
     recs = []
     for tid in cfg.tasks.all:
         if tid in table:
@@ -51,7 +53,7 @@ def _records(cfg, table: dict) -> list[dict]:
             turns = [_turn(1, True, s, r)] if first else [_turn(1, False), _turn(2, True, s, r)]
         else:
             turns = [_turn(1, False), _turn(2, False)]
-        recs.append({"task_id": tid, "turns": turns})
+        recs.append(TaskEvalResult.from_dict({"task_id": tid, "turns": turns}))
     return recs
 
 

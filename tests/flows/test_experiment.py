@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 TASKS = ("19_ReLU", "20_LeakyReLU", "21_Sigmoid", "22_Tanh", "25_Swish", "28_HardSigmoid", "32_HardTanh",
          "23_Softmax", "24_LogSoftmax", "88_MinGPTNewGelu")
 UNTIMED = {"runtime_ms", "roofline_fraction", "speedup_vs_eager"}  # CPU interpreter: no timing
-STAGES = {"provenance", "baseline_eval", "epoch-1", "trained_eval", "seed_validation", "report"}
+STAGES = {"provenance", "policy", "baseline_eval", "epoch-1", "trained_eval", "seed_validation", "report"}
 
 
 def _run(args, cwd, env, timeout=900):
@@ -78,13 +78,13 @@ def test_a_failing_stage_marks_the_run_failed_with_its_cause(smoke):
 
 def test_the_rerun_resumes_without_redoing_work(smoke):
     out = smoke.done.out
-    for stage in ("provenance", "baseline_eval", "epoch-1"):
+    for stage in ("provenance", "policy", "baseline_eval", "epoch-1"):
         assert f"stage {stage}: already completed" in out
     assert "resumed the trainer from epoch 1" in out
     state = json.loads((smoke.run_dir / "state.json").read_text())
     assert state["status"] == "completed" and state["failure"] is None and state["attempts"] == 2
     attempts = {s: v["attempts"] for s, v in state["stages"].items()}
-    assert attempts == {"provenance": 1, "baseline_eval": 1, "epoch-1": 1, "trained_eval": 2,
+    assert attempts == {"provenance": 1, "policy": 1, "baseline_eval": 1, "epoch-1": 1, "trained_eval": 2,
                         "seed_validation": 1, "report": 1}
     assert (smoke.run_dir / "checkpoints" / "epoch-1" / "adapter" / "adapter_model.safetensors").is_file()
 
@@ -189,7 +189,7 @@ def test_prefect_shows_both_attempts_and_the_report_artifact(smoke, prefect_api)
     assert (first["state_type"], second["state_type"]) == ("FAILED", "COMPLETED")
     resumed = post("/task_runs/filter", {"flow_runs": {"id": {"any_": [second["id"]]}}})
     skipped = {t["name"] for t in resumed if t["state"]["name"] == "Skipped"}
-    assert skipped == {"provenance", "baseline_eval", "epoch-1"}  # done in attempt 1, shown as skipped
+    assert skipped == {"provenance", "policy", "baseline_eval", "epoch-1"}  # done in attempt 1, shown as skipped
     artifacts = {a["key"]: a for a in post("/artifacts/filter", {})}
     assert f"kernelflow-report-{smoke.run_dir.name}" in artifacts and f"kernelflow-tasks-{smoke.run_dir.name}" in artifacts
     assert artifacts[f"kernelflow-report-{smoke.run_dir.name}"]["data"].count("](data:image/png;base64,") == 2

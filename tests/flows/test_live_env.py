@@ -55,10 +55,16 @@ def test_a_remote_server_with_other_settings_is_refused(endpoint, env_access):
 
 
 def test_extra_seed_validation_rejudges_each_solved_task(endpoint):
+    from kernelflow.train.evaluation import TaskEvalResult, TurnVerdict
+
+    def turn(n, correct, answer):
+        return TurnVerdict(turn=n, status="ok" if correct else "incorrect", correct=correct, reward=0.3 * correct,
+                           runtime_ms=None, roofline_fraction=None, completion_tokens=1, truncated=False,
+                           answer=answer, feedback="", verdict={})
+
     records = [
-        {"task_id": "19_ReLU", "turns": [{"turn": 1, "correct": False, "answer": "no"},
-                                         {"turn": 2, "correct": True, "answer": ANSWER}]},
-        {"task_id": "23_Softmax", "turns": [{"turn": 1, "correct": False, "answer": "no"}]},
+        TaskEvalResult("19_ReLU", 0, (turn(1, False, "no"), turn(2, True, ANSWER))),
+        TaskEvalResult("23_Softmax", 0, (turn(1, False, "no"),)),
     ]
     recorder = Recorder("seed_validation")
     out = validate(recorder, endpoint, records, seeds=[1000, 1001], shape="small", max_sessions=4, timeout_s=300)

@@ -21,7 +21,7 @@ def test_pilot_plan_counts():
 
 def test_stages_follow_the_protocol():
     config = to_experiment_config(compose_config("experiment=pilot"))
-    assert stages(config) == ["provenance", "baseline_eval", "epoch-1", "epoch-2", "epoch-3", "epoch-4",
+    assert stages(config) == ["provenance", "policy", "baseline_eval", "epoch-1", "epoch-2", "epoch-3", "epoch-4",
                               "trained_eval", "seed_validation", "report"]
     no_validation = to_experiment_config(compose_config("experiment=pilot", "validation=none"))
     assert "seed_validation" not in stages(no_validation)
@@ -31,7 +31,7 @@ def test_sampled_evaluation_and_families_in_the_plan():
     config = to_experiment_config(compose_config("experiment=pilot", "tasks=families", "evaluation.samples=8",
                                                  "evaluation.attempts=1"))
     names = stages(config)
-    assert names[:3] == ["provenance", "baseline_eval", "baseline_sampled"]
+    assert names[:4] == ["provenance", "policy", "baseline_eval", "baseline_sampled"]
     assert names[names.index("trained_eval") + 1] == "trained_sampled"
     plan = experiment_plan(config)
     n = len(config.tasks.all)

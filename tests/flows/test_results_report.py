@@ -1,7 +1,12 @@
-"""Per-task outcomes, the pilot's table, fast_p and the report, from stored stage results (no model, no server)."""
+"""Per-task outcomes, the pilot's table, fast_p and the report, from stored stage results (no model, no server).
+
+Records are written as the stages write them (`TaskEvalResult.to_dict()` / `SampledTaskResult.to_dict()`)
+and read back as the typed results; episodes of three attempts flow through to the report's tables.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -11,12 +16,24 @@ from flows.config import to_experiment_config
 from flows.report import SFT_WARNING, TINY_WARNING, artifact_key, artifact_markdown, publish_prefect, write_report
 from flows.report_page import data_uri
 from flows.run_dir import RunDir, write_json
+from kernelflow.train.evaluation import SampledTaskResult, TaskEvalResult
+from kernelflow.train.metrics import UpdateMetrics
 from tests.flows.conftest import compose_config
 
 
 def turn(n, status, reward=0.0, speedup=None, runtime=None, answer="x"):
     verdict = {"status": status, "speedup_vs_eager": speedup, "runtime_ms": runtime, "roofline_fraction": None}
-    return {"turn": n, "status": status, "correct": status == "ok", "reward": reward, "answer": answer, "verdict": verdict}
+    return {"turn": n, "status": status, "correct": status == "ok", "reward": reward, "runtime_ms": runtime,
+            "roofline_fraction": None, "completion_tokens": 10, "truncated": False, "answer": answer,
+            "feedback": "", "verdict": verdict}
+
+
+def update(epoch, n, mean, std):
+    """An `UpdateMetrics.to_dict()` record with the numbers the report reads, zeros elsewhere."""
+    record = {f.name: 0 for f in dataclasses.fields(UpdateMetrics)}
+    record.update(correct_rate_per_turn=[], group_size_per_turn=[], status_counts={}, samples=[], estimator="dr_grpo",
+                  credit="episode", task_id="19_ReLU", epoch=epoch, update=n, reward_mean=mean, reward_std=std)
+    return record
 
 
 def record(task_id, *turns):
@@ -30,10 +47,19 @@ RECORDS = [
     record("25_Swish", turn(1, "ok", 0.3)),                                          # correct, untimed
 ]
 GROUPS = {"train": ("19_ReLU", "20_LeakyReLU"), "reserved": ("25_Swish",), "heldout": ("23_Softmax",)}
+TYPED = [TaskEvalResult.from_dict(r) for r in RECORDS]
+
+
+def test_results_round_trip_through_their_records():
+    for r in TYPED:
+        assert TaskEvalResult.from_dict(r.to_dict()) == r
+        assert r.to_dict()["correct"] == r.correct and r.to_dict()["first_correct"] == r.first_correct
+    s = SampledTaskResult.from_dict(SAMPLED[0])
+    assert SampledTaskResult.from_dict(s.to_dict()) == s and (s.samples, s.first_correct, s.correct) == (4, 1, 2)
 
 
 def test_task_outcome():
-    o = results.outcomes(RECORDS)
+    o = results.outcomes(TYPED)
     assert (o["19_ReLU"]["turn1_correct"], o["19_ReLU"]["turn2_correct"]) == (True, True)
     assert (o["20_LeakyReLU"]["turn1_correct"], o["20_LeakyReLU"]["turn2_correct"]) == (False, True)
     assert o["20_LeakyReLU"]["speedup_vs_eager"] == 1.1 and o["20_LeakyReLU"]["solving_turn"] == 2
@@ -42,7 +68,7 @@ def test_task_outcome():
 
 
 def test_group_counts_and_fast_p():
-    o = results.outcomes(RECORDS)
+    o = results.outcomes(TYPED)
     counts = results.group_counts(o, GROUPS)
     assert counts["train"] == {"tasks": 2, "first": 1, "correct": 2}
     assert counts["overall"] == {"tasks": 4, "first": 2, "correct": 3}
@@ -52,7 +78,7 @@ def test_group_counts_and_fast_p():
 
 
 def test_task_metrics_name_every_number():
-    m = results.task_metrics(results.task_outcome(RECORDS[2]), prefix="trained_eval/")
+    m = results.task_metrics(results.task_outcome(TYPED[2]), prefix="trained_eval/")
     assert set(m) == {f"trained_eval/23_Softmax/{k}" for k in results.OUTCOME_KEYS}
     assert m["trained_eval/23_Softmax/turn1_correct"] == 0.0 and m["trained_eval/23_Softmax/runtime_ms"] is None
 
@@ -66,7 +92,7 @@ def test_report_from_stored_results(tmp_path):
     write_json(run.stage_dir("baseline_eval") / "results.json", before)
     write_json(run.stage_dir("trained_eval") / "results.json", after)
     write_json(run.stage_dir("epoch-1") / "updates.json",
-               [{"epoch": 1, "update": u, "reward_mean": 0.1 * u, "reward_std": 0.05} for u in range(1, 5)])
+               [update(1, u, 0.1 * u, 0.05) for u in range(1, 5)])
     write_json(run.stage_dir("seed_validation") / "validation.json",
                {"seeds": [1000, 1001], "shape": "small", "solved": 3, "validated": 2,
                 "tasks": {"19_ReLU": {"correct": 2, "passed": True}, "20_LeakyReLU": {"correct": 1, "passed": False},
@@ -145,7 +171,7 @@ SAMPLED = [
 
 
 def test_sample_outcomes_count_the_episodes():
-    o = results.sample_outcomes(SAMPLED)
+    o = results.sample_outcomes([SampledTaskResult.from_dict(r) for r in SAMPLED])
     assert o["19_ReLU"] == {"task_id": "19_ReLU", "samples": 4, "samples_correct": 1, "samples_turn2_correct": 2,
                             "samples_reward_mean": pytest.approx(0.6 / 4)}
     assert (o["23_Softmax"]["samples_correct"], o["23_Softmax"]["samples_turn2_correct"]) == (0, 0)
@@ -155,7 +181,7 @@ def test_sample_outcomes_count_the_episodes():
 
 def test_sampled_rates_per_group_by_hand():
     assert results.pass_ks(4) == [1, 2, 4] and results.pass_ks(6) == [1, 2, 4, 6] and results.pass_ks(1) == [1]
-    o = results.sample_outcomes(SAMPLED)
+    o = results.sample_outcomes([SampledTaskResult.from_dict(r) for r in SAMPLED])
     # 19_ReLU first attempt (4, 1): pass@1 = 1/4, pass@2 = 1 - C(3,2)/C(4,2) = 1/2, pass@4 = 1
     # by 2nd (4, 2): pass@1 = 1/2, pass@2 = 1 - C(2,2)/C(4,2) = 5/6; 23_Softmax: 0 everywhere
     r = results.sampled_rates(o, ["19_ReLU", "23_Softmax"])
@@ -194,9 +220,9 @@ def test_report_shows_the_sampled_evaluation(tmp_path):
     assert "Sampled evaluation" not in write_report(run_b, without).markdown
 
 
-UPDATES = [{"epoch": 1, "update": 1, "reward_mean": 0.1, "reward_std": 0.4},   # mean - std < 0: clipped
-           {"epoch": 1, "update": 2, "reward_mean": 0.5, "reward_std": 0.2},
-           {"epoch": 2, "update": 3, "reward_mean": 0.2, "reward_std": 0.6}]
+UPDATES = [UpdateMetrics.from_dict(update(1, 1, 0.1, 0.4)),   # mean - std < 0: clipped
+           UpdateMetrics.from_dict(update(1, 2, 0.5, 0.2)),
+           UpdateMetrics.from_dict(update(2, 3, 0.2, 0.6))]
 
 
 def test_reward_band_stays_at_or_above_zero_and_the_title_promises_what_is_drawn():
@@ -215,7 +241,7 @@ def test_reward_band_stays_at_or_above_zero_and_the_title_promises_what_is_drawn
     assert labels.count("epoch boundary") == 1  # two epochs: one boundary, drawn and named
     assert [line.get_xdata()[0] for line in ax.lines if line.get_linestyle() == "--"] == [2.5]
     plt.close(fig)
-    one_epoch = reward_figure([u for u in UPDATES if u["epoch"] == 1])
+    one_epoch = reward_figure([u for u in UPDATES if u.epoch == 1])
     assert "epoch boundary" not in one_epoch.axes[0].get_legend_handles_labels()[1]
     assert not [line for line in one_epoch.axes[0].lines if line.get_linestyle() == "--"]
     plt.close(one_epoch)
@@ -240,3 +266,43 @@ def test_tasks_without_reward_show_their_status_instead_of_an_empty_slot():
     assert all(p.get_height() > 0 for p in hatched)  # a visible marker, not a zero-height bar
     assert ax.get_ylim()[1] > 2.5
     plt.close(fig)
+
+
+def test_three_turn_results_flow_through_to_the_report(tmp_path):
+    """env.max_turns=3, trainer.eval_attempts=3: a task solved at the third attempt counts as correct (by the
+    3rd), its metrics name all three attempts, and the report's tables show the three statuses."""
+    config = to_experiment_config(compose_config(f"tracking.runs_root={tmp_path}", "env.max_turns=3",
+                                                 "trainer.eval_attempts=3"))
+    third = record("20_LeakyReLU", turn(1, "incorrect"), turn(2, "compile_error"), turn(3, "ok", 1.2, speedup=1.3))
+    second = record("19_ReLU", turn(1, "no_code"), turn(2, "ok", 0.8))
+    never = record("21_Sigmoid", turn(1, "no_code"), turn(2, "no_code"), turn(3, "incorrect"))
+    typed = [TaskEvalResult.from_dict(r) for r in (third, second, never)]
+    o = results.outcomes(typed, attempts=3)
+    assert [o["20_LeakyReLU"][f"turn{k}_correct"] for k in (1, 2, 3)] == [False, False, True]
+    assert [o["19_ReLU"][f"turn{k}_correct"] for k in (1, 2, 3)] == [False, True, True]  # ended once correct
+    assert o["20_LeakyReLU"]["correct"] and o["20_LeakyReLU"]["solving_turn"] == 3
+    assert o["20_LeakyReLU"]["speedup_vs_eager"] == 1.3 and not o["21_Sigmoid"]["correct"]
+    metrics = results.task_metrics(o["20_LeakyReLU"], prefix="trained_eval/")
+    assert metrics["trained_eval/20_LeakyReLU/turn3_correct"] == 1.0 and set(metrics) == {
+        f"trained_eval/20_LeakyReLU/{k}" for k in results.outcome_keys(3)}
+    assert results.group_counts(o, {"train": ("19_ReLU", "20_LeakyReLU", "21_Sigmoid")})["train"] == {
+        "tasks": 3, "first": 0, "correct": 2}
+    run = RunDir.for_config(config)
+    before = [record(t, turn(1, "no_code"), turn(2, "no_code"), turn(3, "no_code")) for t in config.tasks.all]
+    after = [third, second, never] + [record(t, turn(1, "no_code"), turn(2, "no_code"), turn(3, "no_code"))
+                                      for t in config.tasks.all if t not in {"19_ReLU", "20_LeakyReLU", "21_Sigmoid"}]
+    write_json(run.stage_dir("baseline_eval") / "results.json", before)
+    write_json(run.stage_dir("trained_eval") / "results.json", [TaskEvalResult.from_dict(r).to_dict() for r in after])
+    episodes = [[{"turns": [turn(1, "incorrect"), turn(2, "incorrect"), turn(3, "ok", 0.3)]}], [{"turns": [turn(1, "no_code")]}]]
+    write_json(run.stage_dir("trained_sampled") / "results.json",
+               [{"task_id": t, "seed": 0, "episodes": [{"task_id": t, **e} for e in episodes[t != "20_LeakyReLU"]]}
+                for t in config.tasks.all])
+    text = write_report(run, config).markdown
+    assert "## Correct tasks before and after training (greedy, 3 attempts)" in text
+    assert "| train | one of its first 3 attempts is correct | 4 | 0 | 2 | +2 |" in text
+    assert "| **overall** | **its first attempt is correct** | 10 | 0 | 0 | 0 |" in text
+    assert ("| 20_LeakyReLU | train | no_code / no_code / no_code | incorrect / compile_error / ok | 0.000 | 1.200 "
+            "| +1.200 |") in text
+    assert "*first attempt / second attempt / ...*" in text
+    assert "| 20_LeakyReLU | train | — | 0/1 | — | 1/1 |" in text  # sampled: correct at the third attempt
+    assert "correct by 3rd, before" in text

@@ -85,7 +85,7 @@ def test_the_flow_refuses_a_placement_that_cannot_work():
 
 
 def test_rank_episodes_are_numbered_group_by_group():
-    from flows.train_job import merge_episodes
+    from flows.epoch import merge_episodes
 
     # two ranks, 2 rollouts each per group, two groups: each rank numbered its own episodes 1..4
     per_rank = [[{"episode": i, "from": (0, i)} for i in (2, 1, 3, 4)], [{"episode": i, "from": (1, i)} for i in (1, 2, 3, 4)]]

@@ -12,7 +12,7 @@ import json
 import pytest
 import torch
 
-from kernelflow.train.evaluation import SampledEvalSettings, sample_evaluate
+from kernelflow.train.evaluation import SampledEvalSettings, SampledTaskResult, sample_evaluate
 from kernelflow.train.policy import load_policy
 from kernelflow.train.trainer import GRPOLoop
 
@@ -45,7 +45,7 @@ def test_n_sampled_episodes_per_task_with_counts_that_match_them(loop):
             assert len(e.turns) == (1 if e.turns[0].correct else 2)
         d = json.loads(json.dumps(r.to_dict()))
         assert (d["samples"], d["first_correct"], d["correct"]) == (5, r.first_correct, r.correct)
-        assert len(d["episodes"]) == 5
+        assert len(d["episodes"]) == 5 and SampledTaskResult.from_dict(d) == r  # results.json reads back
     resets = [entry for entry in FakeSession.log if entry[0] == "reset"]
     assert len(resets) == 15 and {seed for _, _, seed, _ in resets} == {3}  # every episode on the evaluation inputs
     # sampled, not greedy: the five first answers of a task are not all the same text

@@ -8,7 +8,9 @@ import torch
 from peft import PeftModel
 from transformers import AutoModelForCausalLM
 
-from kernelflow.train.checkpoint import verify_checkpoint
+from kernelflow.train.checkpoint import CheckpointInfo, verify_checkpoint
+from kernelflow.train.evaluation import TaskEvalResult
+from kernelflow.train.metrics import UpdateMetrics
 from kernelflow.train.policy import load_policy
 from kernelflow.train.trainer import GRPOLoop
 
@@ -53,7 +55,8 @@ def test_epoch_makes_one_update_per_task_with_full_metrics(tiny_trainer_config, 
     scalars = m.scalars()
     assert {"loss", "grad_norm", "reward_mean", "correct_rate_turn1", "group_size_turn2"} <= set(scalars)
     assert all(isinstance(v, float) for v in scalars.values())
-    json.dumps(m.to_dict())
+    for update in metrics:  # updates.json's record reads back as the same typed record
+        assert UpdateMetrics.from_dict(json.loads(json.dumps(update.to_dict()))) == update
     assert "update 1/4" in m.summary(4)
 
 
@@ -87,7 +90,7 @@ def test_greedy_evaluation_is_batched_deterministic_and_stops_when_correct(tiny_
     for r in a:
         assert len(r.turns) == (1 if r.turns[0].correct else 2)
         assert r.correct == any(t.correct for t in r.turns) and r.turns[0].turn == 1
-        json.dumps(r.to_dict())
+        assert TaskEvalResult.from_dict(json.loads(json.dumps(r.to_dict()))) == r  # results.json reads back
     assert loop.last_eval_timing.tasks == 3
     loop.config = dataclasses.replace(tiny_trainer_config, eval_batch_size=2)
     assert [r.to_dict() for r in loop.greedy_evaluate(TASKS + ["23_Softmax"])] == [r.to_dict() for r in a]
@@ -120,6 +123,7 @@ def test_checkpoint_is_a_standard_peft_adapter_with_hashes_and_a_card(tiny_train
     results = loop.greedy_evaluate(TASKS)
     info = loop.save_checkpoint(tmp_path / "final", eval_results={"trained": results})
     meta = verify_checkpoint(info.path)
+    assert CheckpointInfo.read(info.path) == info  # what a process that did not write it reads back
     assert meta["updates"] == 1 and meta["seed"] == tiny_trainer_config.seed
     assert meta["base_model"] == loop.policy.base_id and meta["base_revision"] is None
     assert set(meta["weight_sha256"]) == {"adapter/adapter_model.safetensors"}
