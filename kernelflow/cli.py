@@ -14,7 +14,8 @@ says, and with `--json` prints exactly one verdict on stdout. An unknown task id
 the closest known ids and a pointer to `kernelflow tasks`, not the whole list
 (`kernelflow.tasks.unknown_task_message`, which the environment server uses too).
 
-The Hydra entry point (`python -m flows.experiment`) is not this CLI and is not covered here.
+The Hydra entry point (`python -m flows.experiment`) is not this CLI; it follows the same exit status
+(flows/experiment.py).
 """
 
 from __future__ import annotations
