@@ -1,10 +1,11 @@
 """`python -m flows.compare --experiment NAME`: compare the seeds of one MLflow experiment, before vs after training.
 
 Every parent run of the experiment (one per seed, e.g. from `python -m flows.experiment -m
-seed=42,43,44 tracking.experiment=NAME`) already carries per-task metrics of both greedy
-evaluations, `baseline_eval/<task>/<key>` and `trained_eval/<task>/<key>` (keys: `results.OUTCOME_KEYS`,
-logged by `stages.eval_stage` through `Tracker.log_metrics`), of the sampled evaluations when the run
-made them (`baseline_sampled/<task>/samples`, `samples_correct`, ...: `results.SAMPLE_KEYS`, logged by
+seed=42,43,44 tracking.experiment=NAME`) has nested runs of both greedy evaluations that carry
+per-task metrics, read back as `baseline_eval/<task>/<key>` and `trained_eval/<task>/<key>` (keys:
+`results.OUTCOME_KEYS`, logged by `stages.eval_stage` through `Tracker.log_stage_metrics`; runs logged
+before that carry the same names on the parent), of the sampled evaluations when the run made them
+(`baseline_sampled/<task>/samples`, `samples_correct`, ...: `results.SAMPLE_KEYS`, logged by
 `stages.sampled_eval_stage`), and its config as params (`tasks.train`, ..., `tasks.families`,
 `trainer.seed`). This module reads them back and writes `<out>/`:
 
@@ -44,7 +45,7 @@ from typing import Any
 from flows import report_page, statistics
 from flows.results import FAST_P, OUTCOME_KEYS, SAMPLE_KEYS, sampled_rates
 from flows.stage_names import BASELINE_EVAL, GREEDY_EVALS, SAMPLED_STAGES, TRAINED_EVAL
-from flows.tracking import RUN_TAG
+from flows.tracking import RUN_TAG, STAGE_TAG
 
 STAGES = GREEDY_EVALS
 STAGE_LABELS = {BASELINE_EVAL: "before", TRAINED_EVAL: "after"}
@@ -105,12 +106,20 @@ def load_runs(experiment: str, tracking_uri: str, name: str | None = None) -> li
         known = sorted(e.name for e in client.search_experiments())
         raise LookupError(f"no MLflow experiment {experiment!r} in {tracking_uri} (known: {', '.join(known) or 'none'})")
     runs: list[SeedRun] = []
+    # Per-task values live on the evaluation stages' nested runs (`19_ReLU/turn2_correct`; the parent
+    # holds only the summaries, see Tracker.log_stage_metrics); runs logged before that also carry them
+    # on the parent (`baseline_eval/19_ReLU/turn2_correct`). Both are read, the parent's value first.
+    stage_metrics: dict[str, dict[str, float]] = {}
+    read_stages = (*STAGES, *(SAMPLED_STAGES[s] for s in STAGES))
     token = None
     while True:
         page = client.search_runs([exp.experiment_id], run_view_type=ViewType.ACTIVE_ONLY, max_results=1000,
                                   page_token=token)
         for r in page:
             tags = r.data.tags
+            if tags.get(STAGE_TAG) in read_stages and "mlflow.parentRunId" in tags:
+                into = stage_metrics.setdefault(tags["mlflow.parentRunId"], {})
+                into.update({f"{tags[STAGE_TAG]}/{k}": v for k, v in r.data.metrics.items()})
             if "mlflow.parentRunId" in tags or RUN_TAG not in tags:  # stage runs, or runs not made by the flow
                 continue
             if name is not None and r.data.params.get("name") != name:
@@ -121,6 +130,8 @@ def load_runs(experiment: str, tracking_uri: str, name: str | None = None) -> li
         token = page.token
         if not token:
             break
+    for run in runs:
+        run.metrics = {**stage_metrics.get(run.run_id, {}), **run.metrics}
     runs.sort(key=lambda s: (s.seed is None, s.seed if s.seed is not None else 0, s.name))
     return runs
 

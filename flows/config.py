@@ -36,12 +36,10 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from flows.schema import ConfigError, build, mirror
 from kernelflow.env.config import EnvServerConfig
-from kernelflow.env.models import TOKEN_ENV_VAR
 from kernelflow.eval import EvalConfig
 from kernelflow.eval.config import SERVE_DEFAULTS
 from kernelflow.tasks import FAMILY_GROUPS, FAMILY_ROLES, FAMILY_TASKS, KERNELBENCH_REVISION, TASKS, family_task_ids, task_ids
-from kernelflow.train import LoraSettings, PolicyConfig, TrainerConfig
-from kernelflow.train.evaluation import SampledEvalSettings
+from kernelflow.train import LoraSettings, PolicyConfig, SampledEvalSettings, TrainerConfig
 
 SCHEMA_NAME = "experiment_schema"
 # Trainer fields that are not set in the trainer group: the policy and adapter have their own
@@ -343,6 +341,8 @@ def from_parameters(container: dict[str, Any]) -> ExperimentConfig:
     data = copy.deepcopy(dict(container))
     env = data.get("env") or {}
     if env.get("token") == REDACTED:
+        from kernelflow.env.models import TOKEN_ENV_VAR  # lazily: openenv is slow to import (see the module docstring)
+
         env["token"] = os.environ.get(TOKEN_ENV_VAR)
     return to_experiment_config(data)
 

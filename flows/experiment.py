@@ -1,160 +1,101 @@
 """`python -m flows.experiment [overrides]`: compose the config with Hydra and run the experiment as one Prefect flow.
 
-    provenance -> policy -> baseline_eval [-> baseline_sampled] -> epoch-1 .. epoch-N -> trained_eval
-        [-> trained_sampled] -> seed_validation -> report      ([..]: with evaluation.samples > 0)
+The flow itself (stages, resume, MLflow, failure handling) is in experiment_flow.py; this module is
+the command line: it composes and checks the config, prints the plan (`dry_run=true`), runs the
+flow and says how it ended.
 
-The flow runs the stage table (stage_table.py: name, task, when it runs), the same table the dry-run
-plan prints. Each arrow is a Prefect task (stages.py), so the Prefect UI shows the stages as they run;
-each stage is also a nested MLflow run under the run's parent (tracking.py). The flow starts an embedded
-environment server unless `env.url` names one (endpoint.py) and stops it at the end.
+Exit status, as for the `kernelflow` CLI (kernelflow/cli.py): 0 the run completed (or the plan was
+printed); 1 the run failed (the message names the stage and how to resume); 2 the command line or
+config was refused before anything ran, with one `kernelflow: config error: ...` message naming the
+override, what is wrong and what to set. That covers what Hydra refuses while composing (an unknown
+key, a value of the wrong type, an unknown option of a config group, an override it cannot parse)
+and what the layers' dataclasses refuse after it (a bad value). Hydra's own exit status for those
+is 1, the same as a failed run, and its message names internal schema classes; so, unless
+`HYDRA_FULL_ERROR` is set (then Hydra's full traces are shown as usual), composition errors are
+taken over here. An unknown command-line flag is argparse's, exit 2.
 
-Running the same command again continues the same run (its directory is `<runs_root>/<name>-<config
-hash>`): completed stages and epochs are skipped (each still a task run, in a Completed state named
-"Skipped" that says which attempt did it), the trainer resumes from the last checkpoint, and MLflow
-runs are reused (a parent run that already FINISHED keeps its end time). The flow run is named
-`<run>-attempt-<n>`, tagged with the experiment, config hash and seed, and holds a link artifact to
-the MLflow parent run. A failing stage marks the run failed with its cause (run state, MLflow tags,
-the Prefect flow run) and the command exits 1 saying how to resume. `dry_run=true` prints the plan
-and exits without loading a model or starting anything.
-
-This module runs the table's stages and talks to the user; the stages' work lives in stages.py.
+Refusing a bad override is fast (~0.5 s, not ~11 s): composing needs only the layers' settings
+dataclasses, and Prefect, MLflow, torch and openenv are imported only once the config is good
+(experiment_flow.py, plan.py). Keep heavy imports out of the module level here and of flows/config.py.
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
+import difflib
 import logging
 import os
 import sys
-from contextlib import nullcontext
-from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
-from prefect import flow, tags
+from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+from omegaconf import DictConfig
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from flows.config import REDACTED, ExperimentConfig, from_parameters, register, to_container, to_experiment_config
-from flows.endpoint import open_endpoint
-from flows.plan import render_plan
-from flows.run_dir import COMPLETED, RUNNING, RunDir, config_hash, run_name, runs_root
+from flows.config import ExperimentConfig, register, to_experiment_config
 from flows.schema import ConfigError
-from flows.stage_names import REPORT
-from flows.stage_table import stage_runs
-from flows.stages import RunContext
-from flows.tracking import Tracker, describe
-from kernelflow.env.models import TOKEN_ENV_VAR
 
 register()
 
-
-def redact_overrides(overrides: list[str]) -> list[str]:
-    return [f"{o.split('=', 1)[0]}={REDACTED}" if o.lstrip("+~").startswith("env.token=") else o for o in overrides]
-
-
-@flow(name="kernelflow-experiment", log_prints=True, validate_parameters=False)
-def experiment_flow(config: dict[str, Any], overrides: list[str] | None = None) -> dict[str, Any]:
-    """One experiment run (see the module docstring). `config` is the resolved config, token redacted."""
-    cfg = from_parameters(config)
-    run = RunDir.for_config(cfg)
-    with run.locked():
-        state = run.update(status=RUNNING, attempts=run.state().get("attempts", 0) + 1)
-        (run.path / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(config)))
-        (run.path / "overrides.json").write_text(json.dumps(list(overrides or [])) + "\n")
-        print(f"run {run.path} (attempt {state['attempts']})" + ("; resuming" if state["stages"] else ""))
-        if cfg.policy_note:
-            print(f"note: this experiment's policy is {cfg.policy_note}")
-        try:
-            tracker = Tracker(cfg, run)
-        except Exception as exc:
-            run.fail_run("tracking", describe(exc))
-            raise
-        publish_mlflow_link(cfg, tracker)
-        ctx = RunContext(cfg, run, tracker)
-        plan = stage_runs(cfg)
-        done = all(run.completed(s.name) for s in plan)
-        if done:  # every stage still gets its (skipped) task run, so the flow run shows what the run holds
-            print(f"every stage of {run.path.name} is already complete; nothing to do")
-        try:
-            # a complete run needs no environment server: every stage is skipped before it would use one
-            endpoint_cm = nullcontext(None) if done else open_endpoint(cfg.env, run.path / "env_server.log",
-                                                                       run.path / "env_server.pid")
-            with endpoint_cm as endpoint:
-                ctx.endpoint = endpoint
-                for stage in plan:
-                    stage.run(ctx)
-        except BaseException as exc:
-            if ctx.stage is None:  # before any stage started, e.g. the environment server did not come up
-                run.fail_run("setup", describe(exc))
-            else:
-                run.fail_stage(ctx.stage, describe(exc))
-            tracker.fail(ctx.stage or "setup", exc)
-            raise
-        run.update(status=COMPLETED, failure=None)
-        tracker.finish()
-        return _summary(run, tracker)
+CONF_HINT = "`python -m flows.experiment --cfg job` prints the composed config; conf/ holds the groups and presets"
+_FULL_ERROR = "HYDRA_FULL_ERROR"
 
 
-def _summary(run: RunDir, tracker: Tracker) -> dict[str, Any]:
-    entry = run.state()["stages"].get(REPORT, {})
-    report = entry.get("summary", {}).get("report", str(run.report_dir / "report.md"))
-    return {"run_dir": str(run.path), "report": report, "mlflow": tracker.run_url(), "tracking_uri": tracker.uri,
-            "parent_run_id": tracker.parent_id}
+def config_error_message(exc: BaseException) -> str:
+    """One message for what Hydra refused while composing: which override, what is wrong, what to do."""
+    cause = exc.__cause__ if isinstance(exc.__cause__, OmegaConfBaseException) else exc
+    if isinstance(exc, MissingConfigException) and exc.options and exc.missing_cfg_file:
+        # e.g. experiment=nope: Hydra names the missing file; say which options the group has
+        group, _, choice = exc.missing_cfg_file.rpartition("/")
+        close = difflib.get_close_matches(choice, exc.options, n=1)
+        did_you_mean = f"did you mean {group}={close[0]}? " if close else ""
+        return (f"{group}={choice}: the config group '{group}' has no option '{choice}'; {did_you_mean}"
+                f"choose one of {', '.join(exc.options)} (the YAML files in conf/{group}/)")
+    if isinstance(exc, OverrideParseException):
+        why = "; ".join(line.strip() for line in exc.message.splitlines() if line.strip())
+        return f"cannot parse the override {exc.override!r}: {why} (an override is KEY=VALUE; {CONF_HINT})"
+    if isinstance(cause, OmegaConfBaseException) and cause.full_key:
+        fields = _schema_fields(cause.object_type)
+        if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and cause.key not in fields:
+            return _unknown_key_message(str(cause.full_key), str(cause.key), list(fields))
+        # a value of the wrong type: OmegaConf's first line says which value and what it could not convert to
+        what = str(cause.msg).strip().splitlines()[0]
+        wanted = f" ({cause.full_key} is {_type_name(fields[cause.key])})" if cause.key in fields else ""
+        return f"{cause.full_key}: {what}{wanted}; give a value of that type ({CONF_HINT})"
+    what = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip()) or type(exc).__name__
+    return f"{what} ({CONF_HINT})"
 
 
-def flow_run_name(config: ExperimentConfig) -> str:
-    """`<run>-attempt-<n>`: the run directory's name and the attempt this flow run will be."""
-    path = runs_root(config) / run_name(config)
-    attempts = RunDir(path).state().get("attempts", 0) if (path / "state.json").is_file() else 0
-    return f"{run_name(config)}-attempt-{attempts + 1}"
+def _unknown_key_message(full_key: str, key: str, known: list[str]) -> str:
+    """`trainer.epoch=3`: the node has no such key; name the closest keys it has, or all of them."""
+    parent = full_key[: -len(key)].rstrip(".")
+    where = f"'{parent}'" if parent else "the experiment config"
+    close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
+    if close:
+        suggestion = " or ".join(f"'{parent + '.' if parent else ''}{k}'" for k in close)
+        return f"{full_key}: {where} has no key '{key}'; did you mean {suggestion}? ({CONF_HINT})"
+    listed = f"; its keys are {', '.join(known)}" if known else ""
+    return f"{full_key}: {where} has no key '{key}'{listed} ({CONF_HINT})"
 
 
-def flow_run_tags(config: ExperimentConfig) -> list[str]:
-    """The flow run's Prefect tags: experiment, config hash (12 digits, as in the run's name) and seed."""
-    return [f"experiment:{config.name}", f"config:{config_hash(config)[:12]}", f"seed:{config.trainer.seed}",
-            "kernelflow"]
+def _schema_fields(node_type: object) -> dict[str, object]:
+    """Field name -> type of a schema node (a dataclass: the mirrors in flows/schema.py, or ExperimentSchema)."""
+    if isinstance(node_type, type) and dataclasses.is_dataclass(node_type):
+        return {f.name: f.type for f in dataclasses.fields(node_type)}
+    return {}
 
 
-def publish_mlflow_link(config: ExperimentConfig, tracker: Tracker) -> None:
-    """A Prefect link artifact of the flow run pointing at the MLflow parent run (model-training view)."""
-    if not config.tracking.prefect_artifacts:
-        return
-    from prefect.artifacts import create_link_artifact
-
-    from flows.report import artifact_key
-
-    server = tracker.uri if tracker.uri.startswith("http") else "http://127.0.0.1:5000"
-    how = "" if tracker.uri.startswith("http") else f" (start it with: mlflow ui --backend-store-uri {tracker.uri})"
-    create_link_artifact(link=tracker.ui_url(server), link_text=f"MLflow run {tracker.parent_id}",
-                         key=artifact_key(f"kernelflow-mlflow-{tracker.run.path.name}"),
-                         description=f"The MLflow parent run of {tracker.run.path.name}{how}")
-
-
-def run_experiment(config: ExperimentConfig, overrides: list[str] | None = None) -> dict[str, Any]:
-    """Run the flow for a typed config (the token travels in $KERNELFLOW_ENV_TOKEN, never as a parameter)."""
-    if config.env.token:
-        os.environ[TOKEN_ENV_VAR] = config.env.token
-    named = experiment_flow.with_options(flow_run_name=flow_run_name(config))
-    with tags(*flow_run_tags(config)):
-        return named(to_container(config), redact_overrides(list(overrides or [])))
-
-
-def failure_message(config: ExperimentConfig, exc: BaseException) -> str:
-    path = runs_root(config) / run_name(config)
-    failure = {}
-    if (path / "state.json").exists():
-        failure = RunDir(path).state().get("failure") or {}
-    # The state names the stage only if it recorded this very exception (not an earlier attempt's).
-    stage = failure.get("stage", "setup") if failure.get("error") == describe(exc) else "setup"
-    return (
-        f"kernelflow: the run failed at stage {stage}: {describe(exc)}\n"
-        f"  run directory: {path} (state.json holds the cause; the MLflow run is marked FAILED)\n"
-        "  run the same command again to resume from the last completed stage or epoch"
-    )
+def _type_name(tp: object) -> str:
+    """`int`, `float`, `list[str]`, `Optional[int]`, ... for a schema field type (a type or a string annotation)."""
+    if isinstance(tp, type):
+        return tp.__name__
+    return str(tp).replace("typing.", "")
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
+    _restore_full_error()  # composition is over: the run's own errors are reported below, not taken over
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per Prefect API call otherwise
     try:
         config = to_experiment_config(cfg)
@@ -162,10 +103,19 @@ def main(cfg: DictConfig) -> None:
         print(f"kernelflow: config error: {exc}", file=sys.stderr)
         sys.exit(2)
     if config.dry_run:
+        from flows.plan import render_plan
+
         print(render_plan(config))
         return
+    run(config, list(HydraConfig.get().overrides.task))
+
+
+def run(config: ExperimentConfig, overrides: list[str]) -> None:
+    """Run the flow (imports Prefect, MLflow and the trainer) and print how it ended; a failure exits 1."""
+    from flows.experiment_flow import failure_message, run_experiment
+
     try:
-        out = run_experiment(config, list(HydraConfig.get().overrides.task))
+        out = run_experiment(config, overrides)
     except Exception as exc:  # noqa: BLE001 - every failure is reported the same way, with its cause
         print(failure_message(config, exc), file=sys.stderr)
         sys.exit(1)
@@ -177,5 +127,36 @@ def main(cfg: DictConfig) -> None:
     print(f"kernelflow: run complete: {out['run_dir']} ; report: {out['report']} ; MLflow: {out['mlflow']}")
 
 
+_set_full_error = False
+
+
+def _restore_full_error() -> None:
+    """Unset HYDRA_FULL_ERROR if `cli` set it, so the environment server and trainer do not inherit it."""
+    global _set_full_error
+    if _set_full_error:
+        os.environ.pop(_FULL_ERROR, None)
+        _set_full_error = False
+
+
+def cli() -> None:
+    """`main` with Hydra's composition errors turned into kernelflow's: one message, exit 2."""
+    global _set_full_error
+    if os.environ.get(_FULL_ERROR):  # the user asked for Hydra's full traces: leave Hydra's reporting alone
+        main()
+        return
+    # With HYDRA_FULL_ERROR set, Hydra raises what it refuses instead of printing it and exiting 1,
+    # so the error reaches us typed. Every job's config is composed (and checked) before the first
+    # job runs, multiruns included, so nothing a run raises is taken for a usage error.
+    os.environ[_FULL_ERROR] = "1"
+    _set_full_error = True
+    try:
+        main()
+    except (HydraException, OmegaConfBaseException) as exc:
+        print(f"kernelflow: config error: {config_error_message(exc)}", file=sys.stderr)
+        sys.exit(2)
+    finally:
+        _restore_full_error()
+
+
 if __name__ == "__main__":
-    main()
+    cli()

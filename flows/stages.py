@@ -190,13 +190,12 @@ def _evaluation_loop(ctx: RunContext, stage: str, before_training: bool):
 def _store_evaluation(ctx: RunContext, run_id: str, stage: str, records: list,
                       metrics: dict[str, float | None]) -> dict:
     """Write an evaluation's records (tagged with their task group) and submissions, log its metrics to
-    its own run and, prefixed with the stage, to the parent, and upload the stage's files; returns the
-    recorder's counts."""
+    its own run and its summaries (not the per-task values: `Tracker.log_stage_metrics`), prefixed with
+    the stage, to the parent, and upload the stage's files; returns the recorder's counts."""
     d = ctx.run.stage_dir(stage)
     write_json(d / "results.json", [{**r.to_dict(), "group": ctx.config.tasks.group_of(r.task_id)} for r in records])
     counts = ctx.recorder.write(d)
-    ctx.tracker.log_metrics(run_id, metrics)
-    ctx.tracker.log_metrics(ctx.tracker.parent_id, {f"{stage}/{k}": v for k, v in metrics.items()})
+    ctx.tracker.log_stage_metrics(run_id, stage, metrics, ctx.config.tasks.all)
     ctx.tracker.log_artifacts(run_id, d, stage)
     return counts
 
@@ -320,8 +319,7 @@ def validation_stage(ctx: RunContext) -> dict:
             metrics[f"{tid}/extra_seeds_correct"] = v["correct"] / len(seeds)
             metrics[f"{tid}/extra_seeds_passed"] = float(v["passed"])
         metrics["validated"] = float(outcome["validated"])
-        tracker.log_metrics(run_id, metrics)
-        tracker.log_metrics(tracker.parent_id, {f"{SEED_VALIDATION}/{k}": v for k, v in metrics.items()})
+        tracker.log_stage_metrics(run_id, SEED_VALIDATION, metrics, cfg.tasks.all)
         tracker.log_artifacts(run_id, d, SEED_VALIDATION)
         print(f"seed validation: {outcome['validated']}/{outcome['solved']} solved task(s) correct on all "
               f"{len(seeds)} extra seed(s) {seeds}")

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -187,6 +187,21 @@ class Tracker:
                  if v is not None and math.isfinite(float(v))]
         for i in range(0, len(items), 1000):
             self.client.log_batch(run_id, metrics=items[i : i + 1000])
+
+    def log_stage_metrics(self, run_id: str, stage: str, metrics: Mapping[str, float | None],
+                          task_ids: Iterable[str]) -> None:
+        """A stage's single values: all of them on its own run; on the parent, prefixed `<stage>/`, only
+        those that are not per task (group counts, fast_p, ...).
+
+        Why: MLflow 3.17's model-metrics tab makes one chart section per metric-name prefix (the name
+        up to its last '/') and sorts the sections by name, so per-task keys on the parent
+        (`baseline_eval/19_ReLU/reward`, ...) made ~20 sections of one-point bars above `train/`, the
+        only curves. Per-task values stay on the stage's run (`19_ReLU/reward`), where compare.py
+        reads them back (`load_runs`), and in the report's table.
+        """
+        tasks = set(task_ids)
+        self.log_metrics(run_id, metrics)
+        self.log_metrics(self.parent_id, {f"{stage}/{k}": v for k, v in metrics.items() if k.split("/", 1)[0] not in tasks})
 
     def log_artifacts(self, run_id: str, local: Path, artifact_path: str | None = None) -> None:
         if not self.config.tracking.log_artifacts or not local.exists():

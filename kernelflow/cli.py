@@ -11,45 +11,26 @@ Exit status, for every command (`EXIT_STATUS`): 0 ok; 1 the command ran and fail
 stage that failed); 2 a usage or input error (unknown option or task id, unreadable file, bad
 config), with a message on stderr. `eval` exits 0 whenever a verdict exists, whatever the verdict
 says, and with `--json` prints exactly one verdict on stdout. An unknown task id is answered with
-the closest known ids (difflib) and a pointer to `kernelflow tasks`, not the whole list.
+the closest known ids and a pointer to `kernelflow tasks`, not the whole list
+(`kernelflow.tasks.unknown_task_message`, which the environment server uses too).
 
-The Hydra entry point (`python -m flows.experiment`) is not this CLI and is not covered here.
+The Hydra entry point (`python -m flows.experiment`) is not this CLI; it follows the same exit status
+(flows/experiment.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import sys
 
 import kernelflow
-from kernelflow.tasks import GROUPS, TASKS, build_prompt_text, get_task
+from kernelflow.tasks import GROUPS, TASKS, build_prompt_text, get_task, unknown_task_message
 
 EXIT_STATUS = """exit status:
   0  ok (for eval: a verdict exists, whatever its status)
   1  the command ran and failed (e.g. a rejudge stage failed)
   2  usage or input error: unknown option or task id, unreadable file, bad config"""
-
-
-def _all_task_ids() -> list[str]:
-    from kernelflow.tasks import FAMILY_TASKS  # the second-tier suite: `get_task` knows its ids too
-
-    return [*TASKS, *FAMILY_TASKS]
-
-
-def unknown_task_message(task_id: str) -> str:
-    """What an unknown id is told: the closest ids (difflib), and where the full list is (not the list)."""
-    known = _all_task_ids()
-    # Ids are "<number>_<Name>": compare the name too, so "ReLU" or "relu" still finds 19_ReLU.
-    by_name = {tid.split("_", 1)[-1].lower(): tid for tid in known}
-    close = difflib.get_close_matches(task_id, known, n=3, cutoff=0.6)
-    close += [by_name[n] for n in difflib.get_close_matches(task_id.lower(), list(by_name), n=3, cutoff=0.6)
-              if by_name[n] not in close]
-    hint = "list the ids with `kernelflow tasks` (and `kernelflow tasks --suite families`)"
-    if not close:
-        return f"unknown task {task_id!r}; {hint}"
-    return f"unknown task {task_id!r}; did you mean {' or '.join(repr(c) for c in close[:3])}? ({hint})"
 
 
 def _known_task(task_id: str) -> bool:

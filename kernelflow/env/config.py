@@ -24,7 +24,6 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from kernelflow.env.models import TOKEN_ENV_VAR
 from kernelflow.eval import EvalConfig
 from kernelflow.eval.ray_config import RayConfig
 
@@ -111,6 +110,9 @@ class EnvServerConfig:
 
     def with_env_token(self) -> EnvServerConfig:
         """This config, with the token taken from $KERNELFLOW_ENV_TOKEN when none is set here."""
+        # here, not at the top: models.py imports openenv (gradio, ~4 s), which composing a config must not pay
+        from kernelflow.env.models import TOKEN_ENV_VAR
+
         if self.token is None and os.environ.get(TOKEN_ENV_VAR):
             return replace(self, token=os.environ[TOKEN_ENV_VAR])
         return self

@@ -6,10 +6,13 @@ Public API:
     EvalConfig, RewardConfig, Verdict, Check, Status, compute_reward, config_hash, EVALUATOR_VERSION
 
 Layers: imports kernelflow.tasks, torch, triton, numpy and the standard library only.
+
+The evaluator itself (`Evaluator`, `evaluate`, `resolve_backend`, `EVALUATOR_VERSION`) is imported
+on first use, so the settings and verdict types stay importable without torch: composing an
+experiment config (flows/config.py) then takes a fraction of a second, not the ~3 s of torch.
 """
 
 from kernelflow.eval.config import EvalConfig, RewardConfig, config_hash
-from kernelflow.eval.evaluator import EVALUATOR_VERSION, Evaluator, evaluate, resolve_backend
 from kernelflow.eval.reward import compute_reward, roofline_fraction
 from kernelflow.eval.verdict import Check, Status, Verdict, WallTime, code_sha256
 
@@ -29,3 +32,13 @@ __all__ = [
     "resolve_backend",
     "roofline_fraction",
 ]
+
+_LAZY = {name: "kernelflow.eval.evaluator" for name in ("EVALUATOR_VERSION", "Evaluator", "evaluate", "resolve_backend")}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'kernelflow.eval' has no attribute {name!r}")

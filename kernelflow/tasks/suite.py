@@ -17,6 +17,7 @@ Check transformations (`check_transforms`, see `inputs.py`): the activations are
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 from pathlib import Path
@@ -85,14 +86,36 @@ TASKS: dict[str, Task] = {
 
 
 def get_task(task_id: str) -> Task:
-    """The task with this id, of the pilot suite or of the families (`families.py`); a KeyError lists the known ids."""
+    """The task with this id, of the pilot suite or of the families (`families.py`); a KeyError says
+    `unknown_task_message` (the closest ids, not the whole list)."""
     from kernelflow.tasks.families import FAMILY_TASKS  # the second-tier suite (families.py)
 
     task = TASKS.get(task_id) or FAMILY_TASKS.get(task_id)
     if task is None:
-        known = ", ".join([*TASKS, *FAMILY_TASKS])
-        raise KeyError(f"unknown task id {task_id!r}; known ids: {known}")
+        raise KeyError(unknown_task_message(task_id))
     return task
+
+
+# Where a user finds every id; the message names it instead of listing 35 ids.
+TASK_LIST_HINT = "list the ids with `kernelflow tasks` and `kernelflow tasks --suite families`"
+
+
+def unknown_task_message(task_id: object, hint: str = TASK_LIST_HINT) -> str:
+    """What an unknown id is told, by the CLI, the environment server and `get_task`: "unknown task 'X';
+    did you mean 'Y'?" with up to three close ids (difflib, on the whole id and on the name after the
+    number, so "relu" finds 19_ReLU) of both suites, then `hint`; never the whole list."""
+    from kernelflow.tasks.families import FAMILY_TASKS
+
+    if not isinstance(task_id, str):
+        return f"unknown task {task_id!r}: a task id is a string such as '19_ReLU'; {hint}"
+    known = [*TASKS, *FAMILY_TASKS]
+    by_name = {tid.split("_", 1)[-1].lower(): tid for tid in known}
+    close = difflib.get_close_matches(task_id, known, n=3, cutoff=0.6)
+    close += [by_name[n] for n in difflib.get_close_matches(task_id.lower(), list(by_name), n=3, cutoff=0.6)
+              if by_name[n] not in close]
+    if not close:
+        return f"unknown task {task_id!r}; {hint}"
+    return f"unknown task {task_id!r}; did you mean {' or '.join(repr(c) for c in close[:3])}? ({hint})"
 
 
 def task_ids(group: str | None = None) -> list[str]:

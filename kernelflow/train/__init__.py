@@ -1,7 +1,7 @@
 """The trainer: multi-turn GRPO (Dr. GRPO or TRLOO) with a LoRA adapter, against the kernel environment.
 
 Public API (what the flows layer calls):
-- settings: `TrainerConfig`, `PolicyConfig`, `LoraSettings`, `TinyModelConfig`, `plan`;
+- settings: `TrainerConfig`, `PolicyConfig`, `LoraSettings`, `TinyModelConfig`, `SampledEvalSettings`, `plan`;
 - the policy: `load_policy`, `Policy`, `build_tiny_model`;
 - the loop: `GRPOLoop` (`train_epoch`, `greedy_evaluate`, `save_checkpoint`, `load_checkpoint`),
   its records `UpdateMetrics` and `TaskEvalResult`, and `CheckpointInfo`;
@@ -13,7 +13,14 @@ it lazily, so `import kernelflow.train` and `plan(...)` stay cheap.
 """
 
 from kernelflow.train.advantages import Advantages, dr_grpo, estimate, trloo
-from kernelflow.train.config import LoraSettings, PolicyConfig, TinyModelConfig, TrainerConfig, plan
+from kernelflow.train.config import (
+    LoraSettings,
+    PolicyConfig,
+    SampledEvalSettings,
+    TinyModelConfig,
+    TrainerConfig,
+    plan,
+)
 
 __all__ = [
     "Advantages",
@@ -22,6 +29,7 @@ __all__ = [
     "LoraSettings",
     "Policy",
     "PolicyConfig",
+    "SampledEvalSettings",
     "TaskEvalResult",
     "TinyModelConfig",
     "TrainerConfig",

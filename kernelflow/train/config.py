@@ -389,6 +389,39 @@ class TrainerConfig:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class SampledEvalSettings:
+    """Sampled evaluation: `samples` episodes per task at `temperature`; 0 samples turns it off."""
+
+    samples: int = 0
+    temperature: float = 0.8  # choice: the pilot's training temperature, so pass@k describes what training samples
+    top_p: float = 1.0
+    # Attempts per sampled episode; None: trainer.eval_attempts (the greedy evaluation's structure).
+    # 1 makes every sample single-shot and halves the worst-case cost.
+    attempts: int | None = None
+    # The generation RNG's seed; None: trainer.seed, so the seeds of a multirun also draw different samples.
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        p = []
+        if self.samples < 0:
+            p.append(f"samples={self.samples} (must be >= 0; 0 turns sampled evaluation off)")
+        if not self.temperature > 0:
+            p.append(f"temperature={self.temperature} (must be > 0; the greedy evaluation already runs without sampling)")
+        if not 0 < self.top_p <= 1:
+            p.append(f"top_p={self.top_p} (must be in (0, 1])")
+        if self.attempts is not None and self.attempts < 1:
+            p.append(f"attempts={self.attempts} (must be >= 1, or null for trainer.eval_attempts)")
+        if self.seed is not None and self.seed < 0:
+            p.append(f"seed={self.seed} (must be >= 0, or null for trainer.seed)")
+        if p:
+            raise ValueError("invalid SampledEvalSettings: " + "; ".join(p))
+
+    @property
+    def enabled(self) -> bool:
+        return self.samples > 0
+
+
 def plan(config: TrainerConfig, n_train_tasks: int, n_eval_tasks: int = 0) -> dict:
     """What a run of `config` over `n_train_tasks` tasks costs, counted without loading a model.
 

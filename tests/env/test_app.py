@@ -169,7 +169,7 @@ def test_input_the_environment_refuses_is_a_validation_error_naming_the_field():
         ws.send_text(json.dumps({"type": "reset", "data": {"task_id": "19_ReLU"}}))
         ws.receive_text()
         too_long, = _errors(ws, [{"type": "step", "data": {"code": "x" * 101}}])
-    expected = [(before_reset, "type", "step before reset"), (replies[0], "task_id", "unknown task_id '99_Nope'"),
+    expected = [(before_reset, "type", "step before reset"), (replies[0], "task_id", "unknown task '99_Nope'"),
                 (replies[1], "seed", "seed -1 must be an integer"), (replies[2], "shape", "unknown shape 'huge'"),
                 (too_long, "code", "over this server's limit of 100 (max_code_chars)")]
     for data, field, text in expected:

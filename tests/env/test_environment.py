@@ -81,8 +81,9 @@ def test_reset_starts_over_mid_episode():
     "kwargs, match",
     [
         ({}, "reset needs task_id"),
-        ({"task_id": "99_Nope"}, "unknown task_id '99_Nope'; known task ids: 19_ReLU"),
-        ({"task_id": 19}, "unknown task_id 19"),
+        ({"task_id": "99_Nope"}, "unknown task '99_Nope'; list the ids with `kernelflow tasks`"),
+        ({"task_id": "relu"}, "unknown task 'relu'; did you mean '19_ReLU'"),
+        ({"task_id": 19}, "unknown task 19: a task id is a string"),
         ({"task_id": "19_ReLU", "seed": "3"}, "seed '3' must be an integer"),
         ({"task_id": "19_ReLU", "seed": True}, "seed True must be an integer"),
         ({"task_id": "19_ReLU", "seed": -1}, "seed -1 must be an integer"),

@@ -157,7 +157,11 @@ def test_bad_input_gets_clear_errors_and_the_session_stays_usable(server):
 
     with connect(ws_url(server), open_timeout=10) as ws:
         error(ask(ws, {"type": "step", "data": {"code": "x"}}), "VALIDATION_ERROR", "step before reset")
-        error(ask(ws, {"type": "reset", "data": {"task_id": "99_Nope"}}), "VALIDATION_ERROR", "unknown task_id '99_Nope'")
+        error(ask(ws, {"type": "reset", "data": {"task_id": "99_Nope"}}), "VALIDATION_ERROR", "unknown task '99_Nope'")
+        # a near miss is answered with the closest ids, as the CLI does, not with the whole list of ids
+        typo = ask(ws, {"type": "reset", "data": {"task_id": "23_Softmx"}})
+        error(typo, "VALIDATION_ERROR", "unknown task '23_Softmx'; did you mean '23_Softmax'")
+        assert "32_HardTanh" not in json.dumps(typo) and "kernelflow tasks" in json.dumps(typo)
         error(ask(ws, {"type": "reset", "data": {"task_id": "19_ReLU", "temp": 1}}), "VALIDATION_ERROR", "temp")
         error(ask(ws, {"type": "reset", "data": {"task_id": "19_ReLU", "seed": "x"}}), "VALIDATION_ERROR", "seed")
         error(ask(ws, "{this is not json"), "INVALID_JSON", "Invalid JSON")
@@ -184,7 +188,7 @@ def test_bad_input_gets_clear_errors_and_the_session_stays_usable(server):
         assert ask(ws, {"type": "state"})["data"]["task_id"] == "20_LeakyReLU"
 
     with KernelEnvSession(server.url) as session:
-        with pytest.raises(EnvServerError, match="unknown task_id '19_relu'; known task ids: 19_ReLU"):
+        with pytest.raises(EnvServerError, match=r"unknown task '19_relu'; did you mean '19_ReLU'\?"):
             session.reset("19_relu")
         with pytest.raises(TypeError, match="code must be a string"):
             session.step(b"bytes")  # type: ignore[arg-type]

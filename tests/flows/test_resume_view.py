@@ -17,7 +17,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from flows.config import to_experiment_config
-from flows.experiment import flow_run_name, flow_run_tags
+from flows.experiment_flow import flow_run_name, flow_run_tags
 from flows.plan import stages
 from flows.run_dir import RunDir, config_hash
 from flows.stages import SKIPPED

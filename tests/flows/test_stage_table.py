@@ -15,7 +15,7 @@ from contextlib import nullcontext
 
 import pytest
 
-from flows import experiment, stage_table
+from flows import experiment_flow, stage_table
 from flows.config import to_container, to_experiment_config
 from flows.plan import experiment_plan, render_plan, stages
 from flows.run_dir import RunDir
@@ -68,8 +68,8 @@ def test_the_plan_and_the_flow_follow_a_changed_table(tmp_path, monkeypatch):
     assert stages(config) == experiment_plan(config)["stages"] == expected
     assert f"stages          {' -> '.join(expected)}" in render_plan(config)
 
-    monkeypatch.setattr(experiment, "open_endpoint", lambda *a, **k: nullcontext(None))
-    experiment.experiment_flow.fn(to_container(config), [])
+    monkeypatch.setattr(experiment_flow, "open_endpoint", lambda *a, **k: nullcontext(None))
+    experiment_flow.experiment_flow.fn(to_container(config), [])
     assert calls == expected  # the flow ran the changed table, in its order
     state = RunDir.for_config(config).state()
     assert state["status"] == "completed"
@@ -78,6 +78,6 @@ def test_the_plan_and_the_flow_follow_a_changed_table(tmp_path, monkeypatch):
 
     # run again: the run is complete by the changed table, so every stage is skipped and none is called
     calls.clear()
-    experiment.experiment_flow.fn(to_container(config), [])
+    experiment_flow.experiment_flow.fn(to_container(config), [])
     assert calls == expected and RunDir.for_config(config).state()["attempts"] == 2
     assert all(v.get("run_attempt") == 1 for v in RunDir.for_config(config).state()["stages"].values())

@@ -1,8 +1,9 @@
 """What the MLflow store holds for a run, read back from a real SQLite store under tmp_path.
 
-Covers `Tracker` (experiment kind, metrics without NaN, no empty tags, failure tags dropped on a good
-finish, a finished parent never re-ended) and the run content that stages.py adds (dense status
-metrics, the run description, MLflow's git source tags). The whole flow is covered by test_experiment.py.
+Covers `Tracker` (experiment kind, metrics without NaN, per-task values on the stage run and not on
+the parent, no empty tags, failure tags dropped on a good finish, a finished parent never re-ended)
+and the run content that stages.py adds (dense status metrics, the run description, MLflow's git
+source tags). The whole flow is covered by test_experiment.py.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from mlflow.tracking import MlflowClient
 
 from flows import provenance
 from flows.config import to_experiment_config
+from flows.results import outcomes, summary_metrics, task_metrics
 from flows.run_dir import RunDir
 from flows.stages import dense_statuses, headline
 from flows.tracking import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, NOTE_TAG, Tracker
+from kernelflow.train.evaluation import TaskEvalResult
 from tests.flows.conftest import compose_config
 
 
@@ -51,6 +54,31 @@ def test_an_experiment_made_before_gets_the_kind_tag(config):
 def test_undefined_numbers_are_not_logged(tracker):
     tracker.log_metrics(tracker.parent_id, {"a": 1.0, "none": None, "nan": math.nan, "inf": math.inf, "zero": 0.0})
     assert _run(tracker).data.metrics == {"a": 1.0, "zero": 0.0}
+
+
+def _section(key: str) -> str:
+    """The model-metrics section MLflow 3.17.2's UI puts a metric in: its name up to the last '/'
+    (`extractChartSectionName` in the bundled UI); sections are sorted by that name."""
+    return key.rsplit("/", 1)[0] if "/" in key else ""
+
+
+def test_per_task_values_stay_off_the_parent_so_training_curves_are_not_buried(config, tracker):
+    ok = {"turn": 1, "status": "ok", "correct": True, "reward": 1.0, "runtime_ms": 0.1, "roofline_fraction": None,
+          "completion_tokens": 10, "truncated": False, "answer": "x", "feedback": "", "verdict": {"runtime_ms": 0.1}}
+    outs = outcomes([TaskEvalResult.from_dict({"task_id": t, "seed": 0, "turns": [ok]}) for t in config.tasks.all])
+    metrics = {k: v for o in outs.values() for k, v in task_metrics(o).items()}
+    metrics.update(summary_metrics(outs, config.tasks.groups))
+    stage_run = tracker.stage_run("baseline_eval")
+    tracker.log_stage_metrics(stage_run, "baseline_eval", metrics, config.tasks.all)
+    tracker.log_metrics(tracker.parent_id, {"train/reward_mean": 0.5}, step=1)
+    parent = _run(tracker).data.metrics
+    stage = MlflowClient(tracker.uri).get_run(stage_run).data.metrics
+    assert stage == {k: v for k, v in metrics.items() if v is not None}  # the stage run keeps every value
+    assert "baseline_eval/group/overall/first_correct" in parent and "baseline_eval/fast_1" in parent
+    assert not any(k.split("/")[1] in config.tasks.all for k in parent if k.count("/") >= 2), sorted(parent)
+    # one section per stage summary and group, not one per task: 10 tasks made 10 more sections before
+    sections = sorted({_section(k) for k in parent})
+    assert len(sections) == 6 and "train" in sections, sections
 
 
 def test_empty_tags_are_not_set(tracker):

@@ -37,7 +37,15 @@ from kernelflow.env.config import EnvServerConfig
 from kernelflow.env.models import KernelAction, KernelObservation, KernelState
 from kernelflow.env.returns import episode_return, per_turn_returns
 from kernelflow.env.server.rubric import VerdictRewardRubric
-from kernelflow.tasks import FAMILY_TASKS, SHAPE_PROFILES, TASKS, build_messages, build_prompt_text, get_task
+from kernelflow.tasks import (
+    FAMILY_TASKS,
+    SHAPE_PROFILES,
+    TASKS,
+    build_messages,
+    build_prompt_text,
+    get_task,
+    unknown_task_message,
+)
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +131,7 @@ class KernelEnvironment(Environment[KernelAction, KernelObservation, KernelState
             raise input_error("task_id", f"reset needs task_id, one of: {', '.join(TASKS)}")
         # both suites: the pilot's and the second-tier families (`tasks=families` evaluates those)
         if not isinstance(task_id, str) or (task_id not in TASKS and task_id not in FAMILY_TASKS):
-            raise input_error("task_id", f"unknown task_id {task_id!r}; known task ids: {', '.join([*TASKS, *FAMILY_TASKS])}")
+            raise input_error("task_id", unknown_task_message(task_id))  # the closest ids, as the CLI says
         seed = 0 if seed is None else seed
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
             raise input_error("seed", f"seed {seed!r} must be an integer in [0, 2**63 - 1]")
