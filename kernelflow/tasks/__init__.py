@@ -17,6 +17,7 @@ from kernelflow.tasks.prompts import (
 )
 from kernelflow.tasks.spec import (
     DISTRIBUTIONS,
+    KERNELBENCH_REVISION,
     KERNELBENCH_TOLERANCE,
     SHAPE_PROFILES,
     TRANSFORM_NAMES,
@@ -25,7 +26,7 @@ from kernelflow.tasks.spec import (
     Tolerance,
     distribution_for_call,
 )
-from kernelflow.tasks.suite import GROUPS, KERNELBENCH_REVISION, TASKS, get_task, suite_hash, task_ids
+from kernelflow.tasks.suite import GROUPS, TASKS, get_task, suite_hash, task_ids
 
 __all__ = [
     "DISTRIBUTIONS",
