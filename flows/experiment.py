@@ -21,6 +21,11 @@ This module orders the stages and talks to the user; the stages' work lives in s
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # the entry point only: Prefect's defaults before Prefect is imported (not on import)
+    from flows import prefect_settings
+
+    prefect_settings.apply()
+
 import json
 import logging
 import os

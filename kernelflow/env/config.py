@@ -25,11 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from kernelflow.env.models import TOKEN_ENV_VAR
-from kernelflow.eval import EvalConfig
-from kernelflow.eval.ray_config import RayConfig
+from kernelflow.eval import EVAL_BACKENDS, EvalConfig, RayConfig
 
 MIN_TOKEN_CHARS = 16
-EVAL_BACKENDS = ("local", "ray")
 
 
 @dataclass(frozen=True)
