@@ -129,7 +129,8 @@ def test_help_lists_rejudge_and_the_exit_status_convention(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     out = capsys.readouterr().out
-    assert "python -m flows.rejudge" in out.split("positional arguments")[0]  # in the description: where it went
+    assert "rejudge" in out.split("positional arguments")[0]  # in the description, not only the command list
+    assert "moved: use `python -m flows.rejudge" in out  # and the command list says where it went
     assert "exit status:" in out and "1  the command ran and failed" in out and "2  usage or input error" in out
     with pytest.raises(SystemExit):
         main(["eval", "--help"])
