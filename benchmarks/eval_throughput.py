@@ -65,8 +65,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # benchmarks run from a checkout; tests/helpers holds the controls
 
+from kernelflow.config_dicts import config_from_dict  # noqa: E402
 from kernelflow.eval import EVALUATOR_VERSION, EvalConfig, Evaluator  # noqa: E402
-from kernelflow.eval.config import GPU_LOCK_MODES  # noqa: E402
+from kernelflow.eval.config import GPU_LOCK_MODES, SERVE_DEFAULTS  # noqa: E402
 from kernelflow.tasks import TASKS  # noqa: E402
 from tests.helpers.solutions import solution_source  # noqa: E402
 
@@ -120,7 +121,8 @@ def load_eval_config(name: str = "gpu", overrides: dict | None = None) -> tuple[
     data.update(overrides or {})
     known = {f.name for f in fields(EvalConfig)}
     dropped = sorted(set(data) - known)
-    return EvalConfig.served(**{k: v for k, v in data.items() if k in known}), dropped
+    kept = {k: v for k, v in data.items() if k in known}  # `reward` stays a mapping: config_from_dict builds it
+    return config_from_dict(EvalConfig, {**SERVE_DEFAULTS, **kept}, f"conf/eval/{name}.yaml"), dropped
 
 
 def parse_sets(items: list[str]) -> dict:

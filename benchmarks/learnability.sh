@@ -11,7 +11,7 @@
 #   summary.md, summary.json benchmarks/learnability_summary.py: per-seed table, curve per update,
 #                            roofline fraction of correct rollouts (correctness vs speed)
 #
-# The SFT policy (kernelflow/train/sft.py) is built on first use with TRL under $KERNELFLOW_CACHE
+# The SFT policy (kernelflow/train/sft.py) is built on first use with TRL under $KERNELFLOW_CACHE_DIR
 # (under a minute on a GPU). To skip TRL on the GPU host, carry the directory built on a CPU
 # (~/.cache/kernelflow/tiny/sft-<hash>, ~2 MB, its files' sha256 in kernelflow_sft.json) and give it
 # as SFT_POLICY_DIR: it is copied into the cache and used as is (same settings -> same hash -> no build).
@@ -20,10 +20,10 @@ out="${1:-${OUT:?give an output directory as the first argument or in OUT}}"
 shift || true
 py="${PYTHON:-python3}"
 mkdir -p "$out"
-export KERNELFLOW_CACHE="${KERNELFLOW_CACHE:-$out/cache}" HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export KERNELFLOW_CACHE_DIR="${KERNELFLOW_CACHE_DIR:-$out/cache}" HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 if [[ -n "${SFT_POLICY_DIR:-}" ]]; then
-  mkdir -p "$KERNELFLOW_CACHE/tiny"
-  cp -r "$SFT_POLICY_DIR" "$KERNELFLOW_CACHE/tiny/"
+  mkdir -p "$KERNELFLOW_CACHE_DIR/tiny"
+  cp -r "$SFT_POLICY_DIR" "$KERNELFLOW_CACHE_DIR/tiny/"
 fi
 "$py" -c "import torch; print('device:', torch.cuda.get_device_name(0), '| torch', torch.__version__)"
 start=$(date +%s)

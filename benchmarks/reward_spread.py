@@ -74,11 +74,12 @@ def child(args) -> int:
     import torch  # noqa: F401 - imported here so the parent stays light
 
     from benchmarks.eval_throughput import unique, wait_warm
+    from kernelflow.config_dicts import config_from_dict
     from kernelflow.eval import EvalConfig, Evaluator
     from tests.helpers.solutions import solution_source
 
     spec = json.loads(Path(args.child_spec).read_text())
-    config = EvalConfig(**spec["config"])
+    config = config_from_dict(EvalConfig, spec["config"], "config")
     tasks, modes, others, at_once = spec["tasks"], spec["modes"], spec["others"], spec["measured_at_once"]
     deadline = spec["deadline"]  # time.time() based: shared with the parent
     sources = {t: solution_source(t) for t in dict.fromkeys(tasks + spec["filler_tasks"])}

@@ -422,6 +422,9 @@ def _key(name: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from flows import prefect_settings
+
+    prefect_settings.apply()  # the entry point's Prefect defaults, before `_flow()` imports Prefect
     ap = argparse.ArgumentParser(prog="python -m flows.compare", description=__doc__.splitlines()[0])
     ap.add_argument("--experiment", required=True, help="the MLflow experiment holding one parent run per seed")
     ap.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite:///<runs-root>/mlflow.db)")

@@ -191,6 +191,17 @@ class EnvAccess:
     url: Optional[str] = None  # noqa: UP045
     startup_timeout_s: float = 120.0
 
+    def __post_init__(self) -> None:
+        p = []
+        if not isinstance(self.server, EnvServerConfig):
+            p.append(f"env.server={self.server!r} (must be an EnvServerConfig)")
+        if self.url is not None and not str(self.url).startswith(("http://", "https://", "ws://", "wss://")):
+            p.append(f"env.url={self.url!r} is not a URL; give e.g. http://gpu-host:8000, or null for an embedded server")
+        if not self.startup_timeout_s or self.startup_timeout_s <= 0:
+            p.append(f"env.startup_timeout_s={self.startup_timeout_s} (must be > 0)")
+        if p:
+            raise ConfigError("; ".join(p))
+
     @property
     def token(self) -> str | None:
         return self.server.token
@@ -209,6 +220,24 @@ class ExperimentConfig:
     tracking: TrackingConfig
     dry_run: bool = False
     evaluation: SampledEvalSettings = field(default_factory=SampledEvalSettings)
+
+    def __post_init__(self) -> None:
+        """The invariants across layers (each layer's own are in its dataclass): errors name both values."""
+        p = []
+        if not self.name:
+            p.append("name is empty: name the experiment (it names the run directory)")
+        turns = self.env.server.max_turns
+        if self.trainer.max_turns != turns:
+            p.append(f"trainer.max_turns={self.trainer.max_turns} != env.max_turns={turns} (the trainer's episodes "
+                     "are the server's; build the trainer with max_turns=env.max_turns, as to_experiment_config does)")
+        if self.trainer.env_shape != self.eval.shape:
+            p.append(f"trainer.env_shape={self.trainer.env_shape!r} != eval.shape={self.eval.shape!r} (set eval.shape; "
+                     "the trainer takes it)")
+        if self.evaluation.attempts is not None and self.evaluation.attempts > turns:
+            p.append(f"evaluation.attempts={self.evaluation.attempts} > env.max_turns={turns}: an episode cannot hold "
+                     "more attempts than turns; lower evaluation.attempts (or null for trainer.eval_attempts)")
+        if p:
+            raise ConfigError("; ".join(p))
 
     @property
     def model(self) -> PolicyConfig:
@@ -292,8 +321,6 @@ def to_experiment_config(cfg: DictConfig | dict) -> ExperimentConfig:
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"unknown top-level key(s) {unknown}; known keys: {sorted(known)}")
-    if not data.get("name"):
-        raise ConfigError("name is empty: name the experiment (it names the run directory)")
     policy = build(PolicyConfig, data.get("model", {}), "model")
     lora = build(LoraSettings, data.get("lora", {}), "lora")
     evaluation = build(EvalConfig, data.get("eval", {}), "eval")
@@ -307,31 +334,19 @@ def to_experiment_config(cfg: DictConfig | dict) -> ExperimentConfig:
         TrainerConfig, trainer_data, "trainer",
         policy=policy, lora=lora, max_turns=server.max_turns, env_shape=evaluation.shape,
     )
-    if trainer.eval_attempts > server.max_turns:
-        raise ConfigError(
-            f"trainer.eval_attempts={trainer.eval_attempts} > env.max_turns={server.max_turns}: an episode "
-            "cannot hold more attempts than turns; lower eval_attempts or raise max_turns"
-        )
-    sampled = build(SampledEvalSettings, data.get("evaluation", {}), "evaluation")
-    if sampled.attempts is not None and sampled.attempts > server.max_turns:
-        raise ConfigError(
-            f"evaluation.attempts={sampled.attempts} > env.max_turns={server.max_turns}: an episode cannot hold "
-            "more attempts than turns; lower evaluation.attempts (or null for trainer.eval_attempts)"
-        )
-    if url is not None and not str(url).startswith(("http://", "https://", "ws://", "wss://")):
-        raise ConfigError(f"env.url={url!r} is not a URL; give e.g. http://gpu-host:8000, or null for an embedded server")
-    if not startup or startup <= 0:
-        raise ConfigError(f"env.startup_timeout_s={startup} (must be > 0)")
+    # Each dataclass checks its own invariants (a trainer's eval_attempts against its max_turns, env.url, ...),
+    # ExperimentConfig those across layers; nothing is checked here beyond the container's own shape.
     return ExperimentConfig(
-        name=str(data["name"]),
+        name=str(data.get("name") or ""),
         trainer=trainer,
         eval=evaluation,
-        env=EnvAccess(server=server, url=url, startup_timeout_s=float(startup)),
+        env=EnvAccess(server=server, url=url,
+                      startup_timeout_s=float(startup) if isinstance(startup, (int, float)) else startup),
         tasks=build(TaskGroups, data.get("tasks", {}), "tasks"),
         validation=build(ValidationConfig, data.get("validation", {}), "validation"),
         tracking=build(TrackingConfig, data.get("tracking", {}), "tracking"),
         dry_run=bool(data.get("dry_run", False)),
-        evaluation=sampled,
+        evaluation=build(SampledEvalSettings, data.get("evaluation", {}), "evaluation"),
     )
 
 

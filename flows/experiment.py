@@ -21,6 +21,11 @@ dataclasses, and Prefect, MLflow, torch and openenv are imported only once the c
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # the entry point only: Prefect's defaults before Prefect is imported (not on import)
+    from flows import prefect_settings
+
+    prefect_settings.apply()
+
 import dataclasses
 import difflib
 import logging

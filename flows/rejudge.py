@@ -1,4 +1,4 @@
-"""`kernelflow rejudge RUN [KEY=VALUE ...]`: re-judge a run's stored kernels into a new stage of that run.
+"""`python -m flows.rejudge RUN [KEY=VALUE ...]`: re-judge a run's stored kernels into a new stage of that run.
 
 Every submission a run stored (`<stage>/submissions.jsonl`: both evaluations, every training epoch,
 the seed validation) is submitted again, with its original task and seed, to an environment server
@@ -15,11 +15,21 @@ server's provenance, the files), plus a Prefect markdown artifact. The parent ru
 as it was. Overrides are `key=value` pairs on the run's resolved config (config.yaml), checked by the
 same schema as the experiment's; the shape comes from the (possibly overridden) `eval.shape`.
 
+Exit status: 0 done; 1 the rejudge stage failed (the cause on stderr); 2 a usage or config error.
+This command lived in the base package's CLI as `kernelflow rejudge` until the layers were enforced:
+`kernelflow` never imports `flows`, so `kernelflow rejudge` now only says where the command went.
+
 This module does not train or evaluate a policy; it only re-submits stored answers.
 """
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # the entry point only: Prefect's defaults before Prefect is imported (not on import)
+    from flows import prefect_settings
+
+    prefect_settings.apply()
+
+import argparse
 import json
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -198,7 +208,7 @@ def summarize(run: RunDir, cfg: ExperimentConfig, stage: str, names: list[str], 
 
 
 def rejudge_command(run: str, overrides: list[str], stages: list[str] | None = None, runs_root: str = "runs") -> int:
-    """The `kernelflow rejudge` handler: exit 0 when done, 2 on a usage/config error, 1 on a failure."""
+    """The `python -m flows.rejudge` handler: exit 0 when done, 2 on a usage/config error, 1 on a failure."""
     import logging
     import os
 
@@ -210,7 +220,7 @@ def rejudge_command(run: str, overrides: list[str], stages: list[str] | None = N
         cfg = load_config(run_dir, overrides)
         stored_stages(run_dir, stages)
     except (ConfigError, FileNotFoundError) as exc:
-        print(f"kernelflow rejudge: {exc}", file=sys.stderr)
+        print(f"rejudge: {exc}", file=sys.stderr)
         return 2
     if cfg.env.token:
         os.environ[TOKEN_ENV_VAR] = cfg.env.token
@@ -218,8 +228,29 @@ def rejudge_command(run: str, overrides: list[str], stages: list[str] | None = N
         out = rejudge_flow.with_options(flow_run_name=f"rejudge {run_dir.path.name}")(
             str(run_dir.path), to_container(cfg), stages)
     except Exception as exc:  # noqa: BLE001 - reported with its cause
-        print(f"kernelflow rejudge: failed: {describe(exc)} (run {run_dir.path})", file=sys.stderr)
+        print(f"rejudge: failed: {describe(exc)} (run {run_dir.path})", file=sys.stderr)
         return 1
-    print(f"kernelflow rejudge: {out['stage']} of {run_dir.path} done: {out['dir']} ; report: {out['report']} ; "
+    print(f"rejudge: {out['stage']} of {run_dir.path} done: {out['dir']} ; report: {out['report']} ; "
           f"MLflow run {out['mlflow_run_id']} in {out['tracking_uri']}")
     return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m flows.rejudge", description=__doc__.split("\n")[0],
+                                     epilog="exit status: 0 done; 1 the rejudge stage failed; 2 usage or config error")
+    parser.add_argument("run", help="a run directory, or its name under --runs-root")
+    parser.add_argument("overrides", nargs="*",
+                        help="KEY=VALUE changes to the run's config, e.g. env.url=http://host:8000")
+    parser.add_argument("--stages", default=None, help="comma-separated stages to re-judge (default: every stored one)")
+    parser.add_argument("--runs-root", default="runs", help="where run directories are looked up by name (default: runs)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    stages = [s for s in (args.stages or "").split(",") if s] or None
+    return rejudge_command(args.run, args.overrides, stages=stages, runs_root=args.runs_root)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -7,7 +7,8 @@ field, and tuple fields would come back as lists. `mirror(cls)` therefore derive
 mutable dataclass with the same field names, types and defaults (tuples become lists, nested
 dataclasses become their mirrors); the layers' field comments stay the single documentation.
 `build(cls, data)` turns a resolved container back into the layer's dataclass, so every invariant
-check runs, and names the config path in the error.
+check runs, and names the config path in the error; it is a thin wrapper over the one dict-to-config
+builder, `kernelflow.config_dicts.config_from_dict` (the dataclasses themselves accept no dicts).
 
 So a typo (`trainer.epoch=3`) or a wrong type (`trainer.epochs=four`) fails when Hydra composes,
 and a bad value (`lora.r=0`) fails in `build` before anything runs. This module knows OmegaConf's
@@ -21,6 +22,8 @@ import types
 import typing
 from functools import cache
 from typing import Any, Union
+
+from kernelflow.config_dicts import config_from_dict
 
 
 class ConfigError(ValueError):
@@ -105,32 +108,12 @@ def to_node(value: Any, node: type) -> Any:
 
 
 def build(cls: type, data: Any, path: str, **fixed: Any) -> Any:
-    """`cls(**data)` with nested dataclasses and tuples rebuilt; `fixed` fields are set by the caller.
+    """`cls` from the mapping `data`, through the one dict-to-config builder (kernelflow/config_dicts.py:
+    nested dataclasses and tuples rebuilt, unknown keys refused); `fixed` fields are set by the caller.
 
     Unknown keys and failing invariants raise `ConfigError` naming `path` (e.g. `trainer`).
     """
-    if dataclasses.is_dataclass(data):
-        data = dataclasses.asdict(data)
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of {cls.__name__} fields, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ConfigError(f"{path}: unknown key(s) {unknown} for {cls.__name__}; known keys: {sorted(names)}")
-    kwargs: dict[str, Any] = {}
-    for name, value in data.items():
-        tp = hints[name]
-        if _is_dataclass_type(tp) and isinstance(value, dict):
-            value = build(tp, value, f"{path}.{name}")
-        elif typing.get_origin(tp) is tuple and isinstance(value, list):
-            value = tuple(value)
-        elif typing.get_origin(tp) in (Union, types.UnionType) and isinstance(value, list):
-            if any(typing.get_origin(a) is tuple for a in typing.get_args(tp)):
-                value = tuple(value)
-        kwargs[name] = value
-    kwargs.update(fixed)
     try:
-        return cls(**kwargs)
+        return config_from_dict(cls, data, path, **fixed)
     except (ValueError, TypeError) as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+        raise ConfigError(str(exc)) from None

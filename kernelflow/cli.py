@@ -1,14 +1,17 @@
-"""The `kernelflow` command line: tasks, prompt, eval, serve, rejudge.
+"""The `kernelflow` command line: tasks, prompt, eval, serve (and a pointer to where rejudge went).
 
     kernelflow tasks [--suite families]    list task ids, groups and shapes (pilot by default)
     kernelflow prompt TASK_ID              print the prompt a model sees
     kernelflow eval TASK_ID FILE [...]     judge a submission (see `kernelflow eval -h`)
     kernelflow serve [--host --port]       run the OpenEnv environment server
-    kernelflow rejudge RUN [KEY=VALUE ...] re-judge a run's stored kernels (needs the flows extra)
     kernelflow --version                   the package and evaluator versions
 
-Exit status, for every command (`EXIT_STATUS`): 0 ok; 1 the command ran and failed (e.g. a rejudge
-stage that failed); 2 a usage or input error (unknown option or task id, unreadable file, bad
+Re-judging a run's stored kernels is `python -m flows.rejudge RUN [KEY=VALUE ...]` (flows/rejudge.py,
+the flows extra). It was `kernelflow rejudge`; that command is kept only to say where it moved (exit
+2), because the base package never imports the `flows` layer (an import-linter contract checks it).
+
+Exit status, for every command (`EXIT_STATUS`): 0 ok; 1 the command ran and failed;
+2 a usage or input error (unknown option or task id, unreadable file, bad
 config), with a message on stderr. `eval` exits 0 whenever a verdict exists, whatever the verdict
 says, and with `--json` prints exactly one verdict on stdout. An unknown task id is answered with
 the closest known ids and a pointer to `kernelflow tasks`, not the whole list
@@ -29,7 +32,7 @@ from kernelflow.tasks import GROUPS, TASKS, build_prompt_text, get_task, unknown
 
 EXIT_STATUS = """exit status:
   0  ok (for eval: a verdict exists, whatever its status)
-  1  the command ran and failed (e.g. a rejudge stage failed)
+  1  the command ran and failed
   2  usage or input error: unknown option or task id, unreadable file, bad config"""
 
 
@@ -113,11 +116,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return serve(args)
 
 
-def _cmd_rejudge(args: argparse.Namespace) -> int:
-    from flows.rejudge import rejudge_command
+REJUDGE_MOVED = ("`kernelflow rejudge` moved to `python -m flows.rejudge RUN [KEY=VALUE ...] [--stages a,b] "
+                 "[--runs-root DIR]` (flows/rejudge.py; the kernelflow package does not import flows)")
 
-    stages = [s for s in (args.stages or "").split(",") if s] or None
-    return rejudge_command(args.run, args.overrides, stages=stages, runs_root=args.runs_root)
+
+def _cmd_rejudge(args: argparse.Namespace) -> int:
+    """Only says where the command went (see the module docstring); never imports `flows`."""
+    print(f"kernelflow: {REJUDGE_MOVED}", file=sys.stderr)
+    if args.args:
+        print(f"  run: python -m flows.rejudge {' '.join(args.args)}", file=sys.stderr)
+    return 2
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -162,11 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default=None, help="a JSON file of server settings (EnvServerConfig fields)")
     p.set_defaults(func=_cmd_serve)
 
-    p = add("rejudge", "re-judge a run's stored kernels into a new stage of that run")
-    p.add_argument("run", help="a run directory, or its name under --runs-root")
-    p.add_argument("overrides", nargs="*", help="KEY=VALUE changes to the run's config, e.g. env.url=http://host:8000")
-    p.add_argument("--stages", default=None, help="comma-separated stages to re-judge (default: every stored one)")
-    p.add_argument("--runs-root", default="runs", help="where run directories are looked up by name (default: runs)")
+    p = add("rejudge", "moved: use `python -m flows.rejudge RUN [KEY=VALUE ...]` (this only says so, exit 2)")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="ignored; repeated in the pointer to python -m flows.rejudge")
     p.set_defaults(func=_cmd_rejudge)
     return parser
 

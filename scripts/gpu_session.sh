@@ -120,7 +120,7 @@ while [ $# -gt 0 ]; do
       # elsewhere (benchmarks/learnability.sh says how), copied into the cache instead of built here.
       mkdir -p "$out/learnability/cache/tiny"
       if [ -n "${SFT_POLICY_DIR:-}" ] && [ "$dry" != 1 ]; then cp -r "$SFT_POLICY_DIR" "$out/learnability/cache/tiny/"; fi
-      run "learnability-parallel" env KERNELFLOW_CACHE="$out/learnability/cache" OMP_NUM_THREADS="${SEED_THREADS:-3}" \
+      run "learnability-parallel" env KERNELFLOW_CACHE_DIR="$out/learnability/cache" OMP_NUM_THREADS="${SEED_THREADS:-3}" \
         "$py" benchmarks/seeds_parallel.py "$out/learnability" --seeds "$seeds" --limit-s $(( limit - 30 )) -- \
         experiment=learnability eval=gpu trainer.epochs=4 model.device=cpu \
         tracking.runs_root="$out/learnability/runs" tracking.experiment=learnability-gpu ;;

@@ -114,11 +114,23 @@ def test_every_option_and_argument_of_every_command_has_help():
     assert missing == []
 
 
+def test_rejudge_says_where_it_moved_and_imports_no_flows(capsys):
+    # kernelflow never imports the flows layer: `kernelflow rejudge` only points at `python -m flows.rejudge`
+    import sys
+
+    before = {m for m in sys.modules if m == "flows" or m.startswith("flows.")}
+    assert main(["rejudge", "runs/x", "env.url=http://h:8000"]) == 2
+    err = capsys.readouterr().err
+    assert "python -m flows.rejudge" in err and "python -m flows.rejudge runs/x env.url=http://h:8000" in err
+    assert {m for m in sys.modules if m == "flows" or m.startswith("flows.")} == before
+
+
 def test_help_lists_rejudge_and_the_exit_status_convention(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     out = capsys.readouterr().out
     assert "rejudge" in out.split("positional arguments")[0]  # in the description, not only the command list
+    assert "moved: use `python -m flows.rejudge" in out  # and the command list says where it went
     assert "exit status:" in out and "1  the command ran and failed" in out and "2  usage or input error" in out
     with pytest.raises(SystemExit):
         main(["eval", "--help"])

@@ -20,15 +20,14 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kernelflow.eval import EvalConfig
-from kernelflow.eval.ray_config import RayConfig
+from kernelflow.config_dicts import check_nested, config_from_dict
+from kernelflow.eval import EVAL_BACKENDS, EvalConfig, RayConfig
 
 MIN_TOKEN_CHARS = 16
-EVAL_BACKENDS = ("local", "ray")
 
 
 @dataclass(frozen=True)
@@ -50,17 +49,10 @@ class EnvServerConfig:
     ray: RayConfig = field(default_factory=RayConfig)  # used when eval_backend is "ray"
 
     def __post_init__(self) -> None:
-        if isinstance(self.eval, dict):  # built from JSON or YAML
-            object.__setattr__(self, "eval", EvalConfig.served(**self.eval))
-        if isinstance(self.ray, dict):
-            object.__setattr__(self, "ray", RayConfig(**self.ray))
+        check_nested(self, eval=EvalConfig, ray=RayConfig)  # a mapping goes through from_dict
         problems = []
-        if not isinstance(self.eval, EvalConfig):
-            problems.append(f"eval={self.eval!r} (must be an EvalConfig or a dict of its fields)")
         if self.eval_backend not in EVAL_BACKENDS:
             problems.append(f"eval_backend={self.eval_backend!r} (choose one of {EVAL_BACKENDS})")
-        if not isinstance(self.ray, RayConfig):
-            problems.append(f"ray={self.ray!r} (must be a RayConfig or a dict of its fields)")
         if isinstance(self.max_turns, bool) or not isinstance(self.max_turns, int) or self.max_turns < 1:
             problems.append(f"max_turns={self.max_turns!r} (need an int >= 1)")
         if not isinstance(self.gamma, (int, float)) or not math.isfinite(self.gamma) or not 0 <= self.gamma <= 1:
@@ -87,14 +79,11 @@ class EnvServerConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EnvServerConfig:
-        """Build from a JSON-style dict; unknown keys are an error (to catch typos)."""
+        """Build from a JSON-style dict (kernelflow/config_dicts.py): unknown keys, also nested ones, are an
+        error (to catch typos); a partial `eval` keeps the served defaults, a partial `ray` RayConfig's."""
         if not isinstance(data, dict):
             raise ValueError(f"an EnvServerConfig must be a JSON object, got {type(data).__name__}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown EnvServerConfig keys {unknown}; known keys: {sorted(known)}")
-        return cls(**data)
+        return config_from_dict(cls, data)
 
     @classmethod
     def from_json_file(cls, path: str | os.PathLike) -> EnvServerConfig:

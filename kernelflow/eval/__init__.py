@@ -3,7 +3,12 @@
 Public API:
     evaluate(task, answer, config) -> Verdict      one-off judgement
     Evaluator(config).evaluate(task, answer, seed=, shape=)   reusable, thread-safe, bounded pool
-    EvalConfig, RewardConfig, Verdict, Check, Status, compute_reward, config_hash, EVALUATOR_VERSION
+    make_evaluator(kind, config, ray) -> Evaluator | RayEvaluator   "local" or "ray" (Ray imported only then)
+    EvalConfig, RayConfig, RewardConfig, Verdict, Check, Status, compute_reward, config_hash, EVALUATOR_VERSION
+    EVAL_BACKENDS, IsolationError, check_minimum (the server refuses to serve below eval.min_isolation)
+
+Other layers import only these names from `kernelflow.eval` (an import-linter contract in pyproject.toml
+checks that `kernelflow.env` reaches no submodule); the submodules are this package's internals.
 
 Layers: imports kernelflow.tasks, torch, triton, numpy and the standard library only.
 
@@ -13,22 +18,30 @@ experiment config (flows/config.py) then takes a fraction of a second, not the ~
 """
 
 from kernelflow.eval.config import EvalConfig, RewardConfig, config_hash
+from kernelflow.eval.evaluators import EVAL_BACKENDS, make_evaluator
+from kernelflow.eval.isolation import IsolationError, check_minimum
+from kernelflow.eval.ray_config import RayConfig
 from kernelflow.eval.reward import compute_reward, roofline_fraction
 from kernelflow.eval.verdict import Check, Status, Verdict, WallTime, code_sha256
 
 __all__ = [
+    "EVAL_BACKENDS",
     "EVALUATOR_VERSION",
     "Check",
     "EvalConfig",
     "Evaluator",
+    "IsolationError",
+    "RayConfig",
     "RewardConfig",
     "Status",
     "Verdict",
     "WallTime",
+    "check_minimum",
     "code_sha256",
     "compute_reward",
     "config_hash",
     "evaluate",
+    "make_evaluator",
     "resolve_backend",
     "roofline_fraction",
 ]

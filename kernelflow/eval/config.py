@@ -13,6 +13,7 @@ import os
 import secrets
 from dataclasses import asdict, dataclass, field
 
+from kernelflow.config_dicts import check_nested
 from kernelflow.eval.isolation import LEVELS as ISOLATION_LEVELS
 
 BACKENDS = ("auto", "cuda", "interpret")
@@ -132,8 +133,7 @@ class EvalConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
 
     def __post_init__(self) -> None:
-        if isinstance(self.reward, dict):  # built from JSON or YAML
-            object.__setattr__(self, "reward", RewardConfig(**self.reward))
+        check_nested(self, reward=RewardConfig)  # a mapping goes through kernelflow.config_dicts.config_from_dict
         problems = []
         if self.backend not in BACKENDS:
             problems.append(f"backend={self.backend!r} (choose one of {BACKENDS})")

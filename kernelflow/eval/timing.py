@@ -15,7 +15,6 @@ under the Triton interpreter nothing is timed.
 
 from __future__ import annotations
 
-import os
 import statistics
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -24,12 +23,14 @@ from pathlib import Path
 
 import torch
 
+from kernelflow.cache_dir import cache_root
 from kernelflow.eval.gpu_lock import GpuLock
 
 
 def cache_dir(configured: str | None = None) -> Path:
-    """Where calibration results and lock files live (KERNELFLOW_CACHE_DIR or ~/.cache/kernelflow)."""
-    path = Path(configured or os.environ.get("KERNELFLOW_CACHE_DIR") or Path.home() / ".cache" / "kernelflow")
+    """Where calibration results and lock files live: `configured`, else kernelflow/cache_dir.py's
+    cache_root() ($KERNELFLOW_CACHE_DIR or ~/.cache/kernelflow)."""
+    path = Path(configured) if configured else cache_root()
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -19,6 +19,7 @@ from kernelflow.tasks.prompts import (
 )
 from kernelflow.tasks.spec import (
     DISTRIBUTIONS,
+    KERNELBENCH_REVISION,
     KERNELBENCH_TOLERANCE,
     SHAPE_PROFILES,
     TRANSFORM_NAMES,
@@ -29,7 +30,6 @@ from kernelflow.tasks.spec import (
 )
 from kernelflow.tasks.suite import (
     GROUPS,
-    KERNELBENCH_REVISION,
     TASK_LIST_HINT,
     TASKS,
     get_task,

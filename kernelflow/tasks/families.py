@@ -52,7 +52,7 @@ from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
-from kernelflow.tasks.spec import ShapeProfile, Task, Tolerance
+from kernelflow.tasks.spec import ShapeProfile, Task, Tolerance, tasks_hash
 
 FAMILY_GROUPS = ("normalization", "cumulative", "reduction", "matmul", "loss", "pooling")
 # The role each group plays in an experiment over the families (`tasks=families`).
@@ -308,6 +308,4 @@ def family_task_ids(group: str | None = None) -> list[str]:
 
 def families_hash() -> str:
     """sha256 over every family task's metadata and reference source (like `suite_hash`)."""
-    from kernelflow.tasks.suite import tasks_hash  # suite.py imports this module lazily too
-
     return tasks_hash(FAMILY_TASKS.values(), json.dumps(FAMILY_ROLES, sort_keys=True))

@@ -10,7 +10,9 @@ each call of a session draws). This module holds types only; the ten pilot tasks
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import math
 import sys
 from collections.abc import Callable, Sequence
@@ -18,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+# The KernelBench revision the task ids and reference sources come from (suite.py, families.py).
+KERNELBENCH_REVISION = "423217d9fda91e0c2d67e4a43bf62f96f6d104f1"
 SHAPE_PROFILES = ("small", "full")
 DISTRIBUTIONS = ("signed_wide", "kernelbench")
 # The closed set of check transformations of a drawn input (inputs.py defines and documents each).
@@ -212,3 +216,14 @@ def distribution_for_call(task: Task, base: str, index: int) -> str:
     if index == 0 or len(dists) == 1:
         return base
     return dists[1 + (index - 1) % (len(dists) - 1)]
+
+
+def tasks_hash(tasks, *extra: str) -> str:
+    """sha256 over the KernelBench revision, `extra` strings, and each task's metadata and source."""
+    h = hashlib.sha256(KERNELBENCH_REVISION.encode())
+    for text in extra:
+        h.update(text.encode())
+    for task in tasks:
+        h.update(json.dumps(task.to_dict(), sort_keys=True).encode())
+        h.update(task.source.encode())
+    return h.hexdigest()

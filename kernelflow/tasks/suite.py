@@ -18,13 +18,11 @@ Check transformations (`check_transforms`, see `inputs.py`): the activations are
 from __future__ import annotations
 
 import difflib
-import hashlib
-import json
 from pathlib import Path
 
-from kernelflow.tasks.spec import ShapeProfile, Task, Tolerance
+from kernelflow.tasks.families import FAMILY_TASKS  # the second-tier suite; families.py does not import this module
+from kernelflow.tasks.spec import ShapeProfile, Task, Tolerance, tasks_hash
 
-KERNELBENCH_REVISION = "423217d9fda91e0c2d67e4a43bf62f96f6d104f1"
 GROUPS = ("train", "reserved", "heldout")
 _LEVEL1 = Path(__file__).parent / "kernelbench" / "level1"
 
@@ -88,8 +86,6 @@ TASKS: dict[str, Task] = {
 def get_task(task_id: str) -> Task:
     """The task with this id, of the pilot suite or of the families (`families.py`); a KeyError says
     `unknown_task_message` (the closest ids, not the whole list)."""
-    from kernelflow.tasks.families import FAMILY_TASKS  # the second-tier suite (families.py)
-
     task = TASKS.get(task_id) or FAMILY_TASKS.get(task_id)
     if task is None:
         raise KeyError(unknown_task_message(task_id))
@@ -104,8 +100,6 @@ def unknown_task_message(task_id: object, hint: str = TASK_LIST_HINT) -> str:
     """What an unknown id is told, by the CLI, the environment server and `get_task`: "unknown task 'X';
     did you mean 'Y'?" with up to three close ids (difflib, on the whole id and on the name after the
     number, so "relu" finds 19_ReLU) of both suites, then `hint`; never the whole list."""
-    from kernelflow.tasks.families import FAMILY_TASKS
-
     if not isinstance(task_id, str):
         return f"unknown task {task_id!r}: a task id is a string such as '19_ReLU'; {hint}"
     known = [*TASKS, *FAMILY_TASKS]
@@ -123,17 +117,6 @@ def task_ids(group: str | None = None) -> list[str]:
     if group is not None and group not in GROUPS:
         raise ValueError(f"unknown task group {group!r}; choose one of {GROUPS}")
     return [t.task_id for t in TASKS.values() if group is None or t.group == group]
-
-
-def tasks_hash(tasks, *extra: str) -> str:
-    """sha256 over the KernelBench revision, `extra` strings, and each task's metadata and source."""
-    h = hashlib.sha256(KERNELBENCH_REVISION.encode())
-    for text in extra:
-        h.update(text.encode())
-    for task in tasks:
-        h.update(json.dumps(task.to_dict(), sort_keys=True).encode())
-        h.update(task.source.encode())
-    return h.hexdigest()
 
 
 def suite_hash() -> str:

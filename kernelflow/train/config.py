@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
+from kernelflow.config_dicts import check_nested
 from kernelflow.train.decoding import GenerationSettings
 
 SOURCES = ("hub", "local", "tiny", "sft")
@@ -183,10 +184,7 @@ class PolicyConfig:
     cache_dir: str | None = None  # where tiny and sft models are built; None: ~/.cache/kernelflow/tiny
 
     def __post_init__(self) -> None:
-        if isinstance(self.tiny, dict):  # built from JSON or YAML
-            object.__setattr__(self, "tiny", TinyModelConfig(**self.tiny))
-        if isinstance(self.sft, dict):
-            object.__setattr__(self, "sft", SFTSettings(**self.sft))
+        check_nested(self, tiny=TinyModelConfig, sft=SFTSettings)  # a mapping goes through config_from_dict
         p = []
         if self.source not in SOURCES:
             p.append(f"source={self.source!r} (choose one of {SOURCES})")
@@ -313,14 +311,9 @@ class TrainerConfig:
     generation: GenerationSettings = field(default_factory=GenerationSettings)
 
     def __post_init__(self) -> None:
-        if isinstance(self.policy, dict):
-            object.__setattr__(self, "policy", PolicyConfig(**self.policy))
-        if isinstance(self.lora, dict):
-            object.__setattr__(self, "lora", LoraSettings(**self.lora))
-        if isinstance(self.data_parallel, dict):
-            object.__setattr__(self, "data_parallel", DataParallelSettings(**self.data_parallel))
-        if isinstance(self.generation, dict):
-            object.__setattr__(self, "generation", GenerationSettings(**self.generation))
+        # a mapping goes through kernelflow.config_dicts.config_from_dict, not through this constructor
+        check_nested(self, policy=PolicyConfig, lora=LoraSettings, data_parallel=DataParallelSettings,
+                     generation=GenerationSettings)
         p = []
         if self.estimator not in ESTIMATORS:
             p.append(f"estimator={self.estimator!r} (choose one of {ESTIMATORS})")
@@ -334,6 +327,9 @@ class TrainerConfig:
                      "rollout_groups"):
             if getattr(self, name) < 1:
                 p.append(f"{name}={getattr(self, name)} (must be >= 1)")
+        if self.eval_attempts > self.max_turns:
+            p.append(f"eval_attempts={self.eval_attempts} > max_turns={self.max_turns} (an episode cannot hold more "
+                     "attempts than turns; lower eval_attempts or raise max_turns, in an experiment env.max_turns)")
         if self.group_size < 2:
             p.append(f"group_size={self.group_size} (need >= 2: the advantage compares rollouts of one task)")
         if not self.temperature > 0:

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from kernelflow.config_dicts import config_from_dict
 from kernelflow.train.config import SFTSettings, TinyModelConfig
 from kernelflow.train.corpus import CORPUS_VERSION, MISTAKES, build_corpus, corpus_hash, mistake_counts
 from kernelflow.train.tiny import build_model, build_tokenizer, default_cache_dir, tiny_model_hash
@@ -264,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m kernelflow.train.sft OUT_DIR < settings.json", file=sys.stderr)
         return 2
     spec = json.loads(sys.stdin.read())
-    train_sft(TinyModelConfig(**spec["tiny"]), SFTSettings(**spec["sft"]), Path(args[0]))
+    train_sft(config_from_dict(TinyModelConfig, spec["tiny"], "tiny"), config_from_dict(SFTSettings, spec["sft"], "sft"),
+              Path(args[0]))
     return 0
 
 

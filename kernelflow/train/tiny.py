@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -29,6 +28,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from kernelflow.cache_dir import cache_root
 from kernelflow.tasks import TASKS, build_messages, feedback_message
 from kernelflow.train.config import TinyModelConfig
 
@@ -139,7 +139,9 @@ def tiny_model_hash(config: TinyModelConfig) -> str:
 
 
 def default_cache_dir() -> Path:
-    return Path(os.environ.get("KERNELFLOW_CACHE", Path.home() / ".cache" / "kernelflow")) / "tiny"
+    """<cache root>/tiny: $KERNELFLOW_CACHE_DIR (the old $KERNELFLOW_CACHE still read, with a warning), see
+    kernelflow/cache_dir.py."""
+    return cache_root() / "tiny"
 
 
 def build_tokenizer(config: TinyModelConfig, extra_texts: Sequence[str] = ()):

@@ -42,7 +42,7 @@ def test_json_round_trip_without_the_token(tmp_path):
     path.write_text(json.dumps(data))
     back = EnvServerConfig.from_json_file(path)
     assert back.eval == c.eval and back.max_turns == 3 and back.token is None
-    with pytest.raises(ValueError, match=r"unknown EnvServerConfig keys \['max_turn'\]"):
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['max_turn'\] for EnvServerConfig"):
         EnvServerConfig.from_dict({"max_turn": 3})
     path.write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):

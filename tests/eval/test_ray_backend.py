@@ -209,7 +209,7 @@ def test_server_config_selects_the_backend_from_json(tmp_path):
     assert EnvServerConfig.from_dict(config.to_dict()) == config
     with pytest.raises(ValueError, match="eval_backend='dask'"):
         EnvServerConfig(eval_backend="dask")
-    with pytest.raises(TypeError):
+    with pytest.raises(ValueError, match=r"ray: unknown key\(s\) \['adress'\] for RayConfig"):
         EnvServerConfig.from_dict({"ray": {"adress": "auto"}})
     local = EnvServerConfig(eval=CONFIG, max_sessions=16)
     ray_cfg = EnvServerConfig(eval=CONFIG, max_sessions=16, eval_backend="ray", ray=RayConfig(num_actors=4))

@@ -15,6 +15,7 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 
 from flows.config import (
     TRAINER_FIXED,
+    EnvAccess,
     EnvNode,
     EvalNode,
     EvaluationNode,
@@ -112,7 +113,7 @@ def test_an_unknown_option_fails_at_compose_time():
         ("tasks.train=[19_ReLU,nope]", r"tasks: invalid TaskGroups: train: unknown task id 'nope'"),
         ("tasks.reserved=[19_ReLU]", r"19_ReLU is in both train and reserved"),
         ("model.revision=main", r"model: invalid PolicyConfig: revision='main'"),
-        ("trainer.eval_attempts=3", r"eval_attempts=3 > env.max_turns=2"),
+        ("trainer.eval_attempts=3", r"trainer: invalid TrainerConfig: eval_attempts=3 > max_turns=2 .*env.max_turns"),
         ("env.url=gpu-host:8000", r"env.url='gpu-host:8000' is not a URL"),
         ("validation.extra_seeds=-1", r"extra_seeds=-1"),
         ("tasks.kernelbench_revision=main", r"the installed task suite is KernelBench 423217d"),
@@ -127,6 +128,23 @@ def test_a_bad_value_fails_before_anything_runs(override, message):
     base = ["experiment=pilot"] if override.startswith("model.revision") else []
     with pytest.raises(ConfigError, match=message):
         experiment(*base, override)
+
+
+def test_the_dataclasses_check_their_cross_field_invariants_themselves():
+    # not only to_experiment_config: a config built any other way is checked the same
+    server = EnvServerConfig()
+    with pytest.raises(ConfigError, match=r"env.url='gpu-host:8000' is not a URL; give e.g. http://gpu-host:8000"):
+        EnvAccess(server=server, url="gpu-host:8000")
+    with pytest.raises(ConfigError, match=r"env.startup_timeout_s=0 \(must be > 0\)"):
+        EnvAccess(server=server, startup_timeout_s=0)
+    config = experiment()
+    with pytest.raises(ConfigError, match=r"evaluation.attempts=3 > env.max_turns=2: .*lower evaluation.attempts"):
+        dataclasses.replace(config, evaluation=SampledEvalSettings(samples=2, attempts=3))
+    three = EnvAccess(server=dataclasses.replace(config.env.server, max_turns=3))
+    with pytest.raises(ConfigError, match=r"trainer.max_turns=2 != env.max_turns=3"):
+        dataclasses.replace(config, env=three)
+    with pytest.raises(ConfigError, match=r"name is empty: name the experiment"):
+        dataclasses.replace(config, name="")
 
 
 def test_families_train_on_the_pilot_group_and_evaluate_every_family_task():

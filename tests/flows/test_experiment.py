@@ -205,9 +205,9 @@ def test_nothing_is_written_outside_the_run_root(smoke):
 
 
 def test_rejudge_adds_a_stage_to_the_run(smoke):
-    out = _run([sys.executable, "-m", "kernelflow.cli", "rejudge", str(smoke.run_dir)], smoke.root, smoke.env)
+    out = _run([sys.executable, "-m", "flows.rejudge", str(smoke.run_dir)], smoke.root, smoke.env)
     assert out.rc == 0, out.out[-3000:] + out.err[-3000:]
-    assert f"kernelflow rejudge: rejudge-1 of {smoke.run_dir} done" in out.out
+    assert f"rejudge: rejudge-1 of {smoke.run_dir} done" in out.out
     summary = json.loads((smoke.run_dir / "rejudge-1" / "summary.json").read_text())
     stored = sum(len((smoke.run_dir / s / "submissions.jsonl").read_text().splitlines())
                  for s in ("baseline_eval", "epoch-1", "trained_eval", "seed_validation"))
@@ -223,7 +223,7 @@ def test_rejudge_adds_a_stage_to_the_run(smoke):
 
 
 def test_rejudge_of_an_unknown_run_says_what_exists(smoke):
-    out = _run([sys.executable, "-m", "kernelflow.cli", "rejudge", "nope", "--runs-root", str(smoke.runs)],
+    out = _run([sys.executable, "-m", "flows.rejudge", "nope", "--runs-root", str(smoke.runs)],
                smoke.root, smoke.env, timeout=120)
     assert out.rc == 2 and smoke.run_dir.name in out.err
 

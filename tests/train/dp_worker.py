@@ -25,8 +25,9 @@ from pathlib import Path
 import torch
 
 import kernelflow.train.trainer as trainer_module
+from kernelflow.config_dicts import config_from_dict
 from kernelflow.train.advantages import estimate
-from kernelflow.train.config import LoraSettings, PolicyConfig, TrainerConfig
+from kernelflow.train.config import DataParallelSettings, LoraSettings, PolicyConfig, TrainerConfig
 from kernelflow.train.distributed import DataParallel, end_rank, sampling_seed
 from kernelflow.train.loss import training_sequences
 from kernelflow.train.policy import load_policy
@@ -66,10 +67,11 @@ def reference_update(config: TrainerConfig, world: int, task_id: str):
 
 
 def run_case(case: dict, spec: dict, out_dir: Path, dp: DataParallel) -> dict:
-    policy_config = PolicyConfig(**spec["policy"])
+    policy_config = config_from_dict(PolicyConfig, spec["policy"])
     config = TrainerConfig(
         policy=policy_config, lora=LoraSettings(r=4, alpha=8), group_size=4, max_new_tokens=8, max_turns=2,
-        epochs=1, learning_rate=1e-2, seed=7, shuffle_tasks=False, data_parallel={"num_processes": 2}, **case["trainer"],
+        epochs=1, learning_rate=1e-2, seed=7, shuffle_tasks=False, data_parallel=DataParallelSettings(num_processes=2),
+        **case["trainer"],
     )
     reference, ref_result = reference_update(config, dp.world_size, spec["tasks"][0])
 
@@ -128,7 +130,8 @@ def main() -> None:
     spec = json.loads(Path(sys.argv[1]).read_text())
     out_dir = Path(spec["out"])
     dp = DataParallel.start(
-        TrainerConfig(policy=PolicyConfig(**spec["policy"]), group_size=4, data_parallel={"num_processes": 2})
+        TrainerConfig(policy=config_from_dict(PolicyConfig, spec["policy"]), group_size=4,
+                      data_parallel=DataParallelSettings(num_processes=2))
     )
     reports = {case["name"]: dp.gather(run_case(case, spec, out_dir, dp)) for case in spec["cases"]}
     if dp.is_main:

@@ -2,6 +2,7 @@
 
 import pytest
 
+from kernelflow.config_dicts import config_from_dict
 from kernelflow.train import LoraSettings, PolicyConfig, TinyModelConfig, TrainerConfig, plan
 from kernelflow.train.config import PILOT_MODEL, PILOT_REVISION
 
@@ -47,15 +48,24 @@ def test_plan_gives_the_pilot_numbers_from_configuration_alone():
 )
 def test_invalid_settings_name_the_value(kwargs, fragment):
     with pytest.raises(ValueError, match="invalid") as err:
-        TrainerConfig(**kwargs)
+        config_from_dict(TrainerConfig, kwargs)  # nested settings as mappings, as YAML or JSON gives them
     assert fragment in str(err.value)
 
 
-def test_dicts_from_yaml_become_dataclasses():
-    c = TrainerConfig(policy={"source": "tiny", "tiny": {"num_layers": 1}}, lora={"target_modules": ["q_proj"]})
+def test_dicts_from_yaml_become_dataclasses_in_one_place():
+    c = config_from_dict(TrainerConfig, {"policy": {"source": "tiny", "tiny": {"num_layers": 1}},
+                                         "lora": {"target_modules": ["q_proj"]}})
     assert isinstance(c.policy, PolicyConfig) and isinstance(c.policy.tiny, TinyModelConfig)
     assert c.policy.tiny.num_layers == 1
     assert isinstance(c.lora, LoraSettings) and c.lora.target_modules == ("q_proj",)
+
+
+def test_eval_attempts_cannot_exceed_the_turns_of_an_episode():
+    # a cross-field invariant of the trainer's own config (it used to be checked only in flows/config.py)
+    with pytest.raises(ValueError, match=r"invalid TrainerConfig: eval_attempts=3 > max_turns=2 \(an episode cannot "
+                                         r"hold more attempts than turns; lower eval_attempts or raise max_turns"):
+        TrainerConfig(eval_attempts=3)
+    assert TrainerConfig(eval_attempts=3, max_turns=3).eval_attempts == 3
 
 
 def test_local_and_tiny_sources_need_no_revision():

@@ -102,7 +102,10 @@ def test_bad_settings_are_named():
         answer("23_Softmax", random.Random(0))
     with pytest.raises(ValueError, match="unknown mistake"):
         answer("19_ReLU", random.Random(0), "typo")
-    assert PolicyConfig(source="sft", sft={"examples_per_task": 3}).sft.examples_per_task == 3  # from YAML
+    from kernelflow.config_dicts import config_from_dict
+
+    from_yaml = config_from_dict(PolicyConfig, {"source": "sft", "sft": {"examples_per_task": 3}})
+    assert from_yaml.sft.examples_per_task == 3 and from_yaml.sft == SFTSettings(examples_per_task=3)
 
 
 @pytest.mark.slow

@@ -29,8 +29,8 @@ def test_group_size_must_split_evenly_over_the_processes():
     with pytest.raises(ValueError, match=r"group_size=4 is not a multiple of data_parallel.num_processes=3"):
         TrainerConfig(group_size=4, data_parallel=DataParallelSettings(num_processes=3))
     with pytest.raises(ValueError, match=r"group_size=2 is not a multiple of data_parallel.num_processes=4.*use group_size 4"):
-        TrainerConfig(group_size=2, data_parallel={"num_processes": 4})  # more processes than rollouts per group
-    assert TrainerConfig(group_size=4, data_parallel={"num_processes": 2}).data_parallel.num_processes == 2
+        TrainerConfig(group_size=2, data_parallel=DataParallelSettings(num_processes=4))  # more processes than rollouts per group
+    assert TrainerConfig(group_size=4, data_parallel=DataParallelSettings(num_processes=2)).data_parallel.num_processes == 2
 
 
 def test_bad_data_parallel_settings_name_the_field():
@@ -41,7 +41,7 @@ def test_bad_data_parallel_settings_name_the_field():
 
 
 def test_launched_process_count_must_match_the_config():
-    config = TrainerConfig(group_size=4, data_parallel={"num_processes": 2})
+    config = TrainerConfig(group_size=4, data_parallel=DataParallelSettings(num_processes=2))
     with pytest.raises(ValueError, match=r"num_processes=2 but 4 process\(es\) were launched"):
         check_world(config, 4)
     check_world(config, 2)
@@ -49,7 +49,7 @@ def test_launched_process_count_must_match_the_config():
 
 def test_data_parallel_outside_a_launcher_says_how_to_launch(monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    config = TrainerConfig(group_size=4, data_parallel={"num_processes": 2})
+    config = TrainerConfig(group_size=4, data_parallel=DataParallelSettings(num_processes=2))
     with pytest.raises(RuntimeError, match=r"not started by a launcher.*torch.distributed.run --nproc_per_node 2"):
         DataParallel.start(config)
 

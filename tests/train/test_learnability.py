@@ -20,6 +20,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from kernelflow.config_dicts import config_from_dict
 from kernelflow.env.config import EnvServerConfig
 from kernelflow.env.server.launch import start_local_server
 from kernelflow.eval import EvalConfig
@@ -41,7 +42,7 @@ TRAIN = ("19_ReLU", "20_LeakyReLU", "21_Sigmoid", "22_Tanh")
 def policy_config(model_cache) -> PolicyConfig:
     data = OmegaConf.to_container(OmegaConf.load(CONF), resolve=True)
     data["cache_dir"] = str(model_cache)
-    return PolicyConfig(**data)
+    return config_from_dict(PolicyConfig, data, "model")
 
 
 @pytest.fixture(scope="module")

@@ -41,7 +41,7 @@ from kernelflow.env.config import EnvServerConfig
 from kernelflow.env.models import INFO_PATH, TOKEN_ENV_VAR, KernelAction, KernelObservation, KernelState
 from kernelflow.env.server.auth import AccessMiddleware, is_loopback
 from kernelflow.env.server.environment import EvaluatorLike, KernelEnvironment, build_evaluator
-from kernelflow.eval.isolation import IsolationError, check_minimum
+from kernelflow.eval import IsolationError, check_minimum
 
 log = logging.getLogger("kernelflow.env.server")
 

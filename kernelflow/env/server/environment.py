@@ -66,13 +66,9 @@ class EvaluatorLike(Protocol):
 def build_evaluator(config: EnvServerConfig) -> EvaluatorLike:
     """The server's evaluator: this host's worker pool (`eval_backend="local"`, the default) or
     evaluation actors on a Ray cluster (`"ray"`, set up by `config.ray`; needs the `ray` extra)."""
-    if config.eval_backend == "ray":
-        from kernelflow.eval.ray_backend import RayEvaluator
+    from kernelflow.eval import make_evaluator  # the evaluator's public API; Ray only for "ray"
 
-        return RayEvaluator(config.eval, config.ray)
-    from kernelflow.eval import Evaluator
-
-    return Evaluator(config.eval)
+    return make_evaluator(config.eval_backend, config.eval, config.ray)
 
 
 # What bad input raises. pydantic's ValidationError (a ValueError), because that is what OpenEnv's
