@@ -1,8 +1,16 @@
 """The verdict: one JSON-serialisable record per submission, whatever the submission does.
 
-`Status` is the closed set of outcomes (documented in docs/verdict.md). Fields that later work fills
-(cached, the wall-time split, the torch.compile baseline) exist now as nullable, so the wire format
-stays stable. This module holds the types only; `evaluator.py` produces verdicts.
+`Status` is the closed set of outcomes (documented in docs/verdict.md, with every field). Every
+verdict has the identity fields (task, status, reward, feedback, code hash, evaluator version,
+backend, device, shape, seeds) and `cached` (False when judged, True when `cache.py` served an
+identical earlier submission's verdict). The rest are nullable because they exist only where the
+phase behind them ran: `wall_time` splits the verdict's seconds by phase (for a cached verdict, the
+lookup's own; for one `failure.py` built, only the total); the timing fields (`runtime_*`, `t_min_ms`,
+`roofline_fraction`, `eager_ms`, `speedup_vs_eager`, `compile_ms`) only on a timed CUDA verdict (`ok`
+or `impossible_time`); `torch_compile_ms` and `speedup_vs_compile` only there too, and only with
+`EvalConfig.compile_baseline` on; `max_abs_err` / `max_rel_violation` once outputs were compared;
+`isolation` on every verdict the evaluator judged (None on one built by `failure.py`).
+This module holds the types only; `evaluator.py` produces verdicts.
 """
 
 from __future__ import annotations
@@ -84,7 +92,7 @@ class Verdict:
     speedup_vs_eager: float | None = None
     max_abs_err: float | None = None
     max_rel_violation: float | None = None
-    # Filled by later work; present now so the wire format stays stable.
+    # Null where the phase behind them did not run (see the module docstring).
     cached: bool | None = None
     wall_time: WallTime | None = None
     compile_ms: float | None = None
