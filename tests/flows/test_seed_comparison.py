@@ -95,8 +95,8 @@ def test_every_family_task_went_through_the_whole_flow(compared):
     for run in run_dirs:
         state = json.loads((run / "state.json").read_text())
         assert state["status"] == "completed"
-        assert set(state["stages"]) == {"provenance", "baseline_eval", "baseline_sampled", "epoch-1", "trained_eval",
-                                        "trained_sampled", "report"}
+        assert set(state["stages"]) == {"provenance", "policy", "baseline_eval", "baseline_sampled", "epoch-1",
+                                        "trained_eval", "trained_sampled", "report"}
         assert all(v["status"] == "completed" for v in state["stages"].values())
         for stage in ("baseline_eval", "trained_eval", "baseline_sampled", "trained_sampled"):
             records = json.loads((run / stage / "results.json").read_text())

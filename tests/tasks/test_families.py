@@ -102,7 +102,10 @@ def test_get_task_resolves_both_suites():
     assert get_task("19_ReLU") is TASKS["19_ReLU"]
     for tid in FAMILY_IDS:
         assert get_task(tid) is FAMILY_TASKS[tid]
-    with pytest.raises(KeyError, match="89_cumsum"):
+    # A near miss in the families suite is named back; an id close to nothing gets the way to list ids.
+    with pytest.raises(KeyError, match="did you mean '89_cumsum'"):
+        get_task("89_cumsun")
+    with pytest.raises(KeyError, match="kernelflow tasks --suite families"):
         get_task("99_NoSuchTask")
 
 
