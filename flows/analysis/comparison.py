@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from flows.analysis import statistics
-from flows.analysis.render import BAR_WIDTH, SIDES, interval, pyplot, save, write_html
+from flows.analysis.render import BAR_WIDTH, SIDES, interval, policy_note, pyplot, save, write_html
 from flows.analysis.results import FAST_P
 from flows.analysis.seed_runs import STAGES, SUCCESS, SeedRun, config_differences, per_seed, summarise, task_groups
 
@@ -92,12 +92,9 @@ def render(numbers: Mapping[str, Any]) -> str:
               "seed there is no interval. Success is a fraction of tasks (per group) or of seeds (per task).", ""]
     if len(seeds) < 2:
         lines += ["**One seed only**: the intervals below are degenerate; run several seeds to measure seed noise.", ""]
-    if numbers.get("tiny"):
-        lines += ["**These runs' policy is the tiny random model** (the smoke preset): it writes no working kernels, "
-                  "so every number below is expected to be zero; the comparison checks the pipeline, not the method.", ""]
-    if "sft" in numbers.get("policy_sources", []):
-        lines += ["**These runs' policy is a small model pre-trained here on a synthetic corpus** (`model.source=sft`): "
-                  "its numbers show whether the loop learns, nothing about any real model.", ""]
+    for source in numbers.get("policy_sources", []):  # a policy built here says so, as the report does
+        if policy_note(source):
+            lines += [f"**Note on the policy** (`model.source={source}`): these runs' policy is {policy_note(source)}.", ""]
     if numbers["config_differences"]:
         lines += [f"**Warning**: the runs differ in settings other than the seed: {', '.join(numbers['config_differences'])}. "
                   "The comparison mixes those configurations.", ""]

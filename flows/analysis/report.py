@@ -16,7 +16,7 @@ attempts it counts, plus the overall first-attempt row) with each group's role, 
 speedup vs eager, extra seeds) with a line reading its statuses, fast_p for p in {0, 1, 1.2}, and,
 when the run made sampled evaluations (`baseline_sampled`, `trained_sampled`), pass@k and avg@n per
 group and c/n per task, before and after. A run whose policy is built here (the tiny random model,
-the synthetic SFT policy) says so at the top.
+the synthetic SFT policy) says so at the top, in the note's one wording (`render.policy_note`).
 
 The table cells, the figures' pyplot and colours, and report.html come from the shared renderer
 (`flows/analysis/render.py`), which the seed comparison uses too. This module reads files and renders;
@@ -33,21 +33,11 @@ from typing import Any
 
 from flows import stage_names as names
 from flows.analysis import results
-from flows.analysis.render import BAR_WIDTH, SIDES, change, fmt, pyplot, save, write_html
+from flows.analysis.render import BAR_WIDTH, SIDES, change, fmt, policy_note, pyplot, save, write_html
 from flows.config import ExperimentConfig
 from flows.epoch import UPDATES_FILE, read_updates
 from flows.run_dir import RunDir, read_json
 
-TINY_WARNING = (
-    "**This run's policy is a tiny random model** (built locally, random weights): it writes no working "
-    "kernels, so every count below is expected to be zero. The run checks that the pipeline works end to end; "
-    "its numbers say nothing about any real model."
-)
-SFT_WARNING = (
-    "**This run's policy is a small model pre-trained here on a synthetic corpus** (kernelflow/train/sft.py, "
-    "docs/learnability.md): it writes real kernels, some wrong on purpose, so the counts below show whether the "
-    "loop learns from the environment's verdicts. They say nothing about any real model."
-)
 GROUP_LABELS = {"train": "train", "reserved": "reserved", "heldout": "held-out", "families": "families"}
 FIRST_ONLY = "its first attempt is correct"
 
@@ -287,10 +277,8 @@ def write_report(run: RunDir, config: ExperimentConfig, mlflow_run: str = "") ->
     model = {"hub": f"{m.model} @ {m.revision}", "tiny": "tiny random model",
              "sft": "SFT policy (synthetic corpus)"}.get(m.source, m.model)
     lines = [f"# kernelflow report: {run.path.name}", ""]
-    if m.source == "tiny":
-        lines += [f"> {TINY_WARNING}", ""]
-    elif m.source == "sft":
-        lines += [f"> {SFT_WARNING}", ""]
+    if policy_note(m.source):
+        lines += [f"> **Note on the policy:** this run's policy is {policy_note(m.source)}.", ""]
     lines += [
         f"- policy: {model} + LoRA r{config.lora.r} alpha {config.lora.alpha}; {config.trainer.estimator}, "
         f"{config.trainer.epochs} epoch(s), group {config.trainer.group_size}, T {config.trainer.temperature}, "

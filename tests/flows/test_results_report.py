@@ -12,8 +12,8 @@ import re
 import pytest
 
 from flows.analysis import results
-from flows.analysis.render import artifact_markdown, data_uri
-from flows.analysis.report import SFT_WARNING, TINY_WARNING, write_report
+from flows.analysis.render import artifact_markdown, data_uri, policy_note
+from flows.analysis.report import write_report
 from flows.artifacts import artifact_key, publish_report
 from flows.config import to_experiment_config
 from flows.run_dir import RunDir, write_json
@@ -100,7 +100,8 @@ def test_report_from_stored_results(tmp_path):
                           "25_Swish": {"correct": 2, "passed": True}}})
     rendered = write_report(run, config)
     text = rendered.path.read_text()
-    assert SFT_WARNING in text and TINY_WARNING not in text  # the smoke policy is the reduced SFT policy
+    # the smoke policy is the reduced SFT policy: the report says so in the note's one wording
+    assert f"> **Note on the policy:** this run's policy is {policy_note('sft')}." in text and policy_note("tiny") not in text
     # each group row says which attempts it counts, and the change after - before
     assert "| train | its first or second attempt is correct | 4 | 0 | 2 | +2 |" in text
     assert "| held-out | its first or second attempt is correct | 3 | 0 | 0 | 0 |" in text
