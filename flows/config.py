@@ -256,12 +256,9 @@ class ExperimentConfig:
     @property
     def policy_note(self) -> str | None:
         """What a policy built here is, for the log, the plan and the report; None for a real model."""
-        if self.model.source == "tiny":
-            return "a tiny random model: it writes no working kernels, so its numbers are zero"
-        if self.model.source == "sft":
-            return ("a small model pre-trained here on a synthetic corpus (docs/learnability.md): it writes real "
-                    "kernels, some wrong on purpose; its numbers show whether the loop learns, nothing about a real model")
-        return None
+        from flows.analysis.render import policy_note  # the note's one wording, shared with report and comparison
+
+        return policy_note(self.model.source)
 
 
 # env.url has no default in the schema: every env option says it (embedded: null), and env=remote
