@@ -46,6 +46,7 @@ from kernelflow.env.config import EnvServerConfig
 from kernelflow.eval import EvalConfig
 from kernelflow.eval.config import SERVE_DEFAULTS
 from kernelflow.train import LoraSettings, PolicyConfig, SampledEvalSettings, TrainerConfig
+from kernelflow.train.policy_config import policy_note
 
 # The names this module defines and those it re-exports from sub_configs.py, so that
 # `from flows.config import TaskGroups` (and the rest) keeps working after the split.
@@ -112,8 +113,6 @@ class ExperimentConfig:
     @property
     def policy_note(self) -> str | None:
         """What a policy built here is, for the log, the plan and the report; None for a real model."""
-        from flows.analysis.render import policy_note  # the note's one wording, shared with report and comparison
-
         return policy_note(self.model.source)
 
 

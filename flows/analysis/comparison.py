@@ -31,9 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from flows.analysis import statistics
-from flows.analysis.render import BAR_WIDTH, SIDES, interval, policy_note, pyplot, save, write_html
+from flows.analysis.render import BAR_WIDTH, SIDES, interval, pyplot, save, write_html
 from flows.analysis.results import FAST_P
 from flows.analysis.seed_runs import STAGES, SUCCESS, SeedRun, config_differences, per_seed, summarise, task_groups
+from kernelflow.train.policy_config import policy_note
 
 
 @dataclass

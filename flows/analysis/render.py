@@ -6,9 +6,6 @@ share lives here, so the two read alike:
 
 - table cells: `fmt` (a value, `—` when missing), `change` (after − before with its sign) and `interval`
   (`estimate [low, high]`, and how many seeds had the number when not all did);
-- the policy note: `policy_note(model.source)`, the one wording of what a policy built here is (the
-  tiny random model, the synthetic SFT policy), which the report, the comparison, the dry-run plan
-  and the console (`ExperimentConfig.policy_note`) all print;
 - figures: `pyplot()` (matplotlib without a display), `SIDES` (where and in which colour the before and
   after bars of a pair go) and `save`;
 - the page. Both write their markdown with relative image links, right for a reader on disk or a
@@ -72,23 +69,6 @@ def interval(d: Mapping[str, Any], seeds: int | None = None, digits: int = 2) ->
     if seeds is not None and 0 < iv.n < seeds:
         text += f" ({iv.n} of {seeds} seeds)"
     return text
-
-
-# -- the policy note -------------------------------------------------------------------------------
-
-# What a policy built here is, by `model.source` (a hub model gets no note). Its only wording: the report,
-# the comparison, the plan and the console (ExperimentConfig.policy_note) print it from here, so they
-# cannot drift apart.
-POLICY_NOTES = {
-    "tiny": "a tiny random model: it writes no working kernels, so its numbers are zero",
-    "sft": ("a small model pre-trained here on a synthetic corpus (docs/learnability.md): it writes real kernels, "
-            "some wrong on purpose; its numbers show whether the loop learns, nothing about a real model"),
-}
-
-
-def policy_note(source: str) -> str | None:
-    """The note on a policy built here, from its `model.source`; None for a real model."""
-    return POLICY_NOTES.get(source)
 
 
 # -- figures ---------------------------------------------------------------------------------------

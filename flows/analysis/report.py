@@ -16,7 +16,7 @@ attempts it counts, plus the overall first-attempt row) with each group's role, 
 speedup vs eager, extra seeds) with a line reading its statuses, fast_p for p in {0, 1, 1.2}, and,
 when the run made sampled evaluations (`baseline_sampled`, `trained_sampled`), pass@k and avg@n per
 group and c/n per task, before and after. A run whose policy is built here (the tiny random model,
-the synthetic SFT policy) says so at the top, in the note's one wording (`render.policy_note`).
+the synthetic SFT policy) says so at the top, in the note's one wording (`kernelflow.train.policy_config.policy_note`).
 
 The table cells, the figures' pyplot and colours, and report.html come from the shared renderer
 (`flows/analysis/render.py`), which the seed comparison uses too. This module reads files and renders;
@@ -33,10 +33,11 @@ from typing import Any
 
 from flows import stage_names as names
 from flows.analysis import results
-from flows.analysis.render import BAR_WIDTH, SIDES, change, fmt, policy_note, pyplot, save, write_html
+from flows.analysis.render import BAR_WIDTH, SIDES, change, fmt, pyplot, save, write_html
 from flows.config import ExperimentConfig
 from flows.epoch import UPDATES_FILE, read_updates
 from flows.run_dir import RunDir, read_json
+from kernelflow.train.policy_config import policy_note
 
 GROUP_LABELS = {"train": "train", "reserved": "reserved", "heldout": "held-out", "families": "families"}
 FIRST_ONLY = "its first attempt is correct"

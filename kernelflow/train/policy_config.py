@@ -17,6 +17,14 @@ from dataclasses import dataclass, field
 from kernelflow.config_dicts import check_nested
 
 SOURCES = ("hub", "local", "tiny", "sft")
+
+# What a policy built here is, by source (a hub or local model gets no note). The one wording: the
+# report, the seed comparison, the dry-run plan and the console all print it from here.
+POLICY_NOTES = {
+    "tiny": "a tiny random model: it writes no working kernels, so its numbers are zero",
+    "sft": ("a small model pre-trained here on a synthetic corpus (docs/learnability.md): it writes real kernels, "
+            "some wrong on purpose; its numbers show whether the loop learns, nothing about a real model"),
+}
 DTYPES = ("float32", "bfloat16", "float16")
 ATTENTION = ("sdpa", "eager", "flash_attention_2")
 
@@ -194,3 +202,8 @@ class PolicyConfig:
         if self.attn_implementation not in ATTENTION:
             p.append(f"attn_implementation={self.attn_implementation!r} (choose one of {ATTENTION})")
         _fail("PolicyConfig", p)
+
+
+def policy_note(source: str) -> str | None:
+    """The note on a policy built here, from its `model.source`; None for a real model."""
+    return POLICY_NOTES.get(source)

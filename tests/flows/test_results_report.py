@@ -12,13 +12,14 @@ import re
 import pytest
 
 from flows.analysis import results
-from flows.analysis.render import artifact_markdown, data_uri, policy_note
+from flows.analysis.render import artifact_markdown, data_uri
 from flows.analysis.report import write_report
 from flows.artifacts import artifact_key, publish_report
 from flows.config import to_experiment_config
 from flows.run_dir import RunDir, write_json
 from kernelflow.train.evaluation import SampledTaskResult, TaskEvalResult
 from kernelflow.train.metrics import UpdateMetrics
+from kernelflow.train.policy_config import policy_note
 from tests.flows.conftest import compose_config
 
 
