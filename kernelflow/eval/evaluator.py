@@ -37,7 +37,7 @@ from kernelflow.eval.device_memory import MemoryBudget, budget_bytes, estimate_v
 from kernelflow.eval.feedback import build_feedback
 from kernelflow.eval.ipc_arena import ALIGN, ArenaPool
 from kernelflow.eval.isolation import protect_judge, resolve
-from kernelflow.eval.prewarm import SpawnSpec, WarmPool, pool_size
+from kernelflow.eval.prewarm import WarmPool, pool_size
 from kernelflow.eval.reward import compute_reward
 from kernelflow.eval.session import GateCalibration, JudgeSession, SessionOutcome, WorkerLink
 from kernelflow.eval.session import calibrate as calibrate_gate
@@ -45,6 +45,7 @@ from kernelflow.eval.session.gated_clock import GpuHealth
 from kernelflow.eval.static_checks import first_failure, run_static_checks
 from kernelflow.eval.timing import gpu_lock
 from kernelflow.eval.verdict import Check, Status, Verdict, WallTime, code_sha256
+from kernelflow.eval.worker_handle import SpawnSpec
 from kernelflow.tasks import Task, extract_code, get_task
 
 log = logging.getLogger(__name__)
