@@ -10,7 +10,7 @@ clock (gated_clock.py) and the output is read from the judge's side right behind
 The first failure ends the session; a protocol violation, a call past its own limit, a dead worker:
 every path ends in a `SessionOutcome`, and the worker is always killed.
 
-It does not decide the reward, calibrate the device or time eager PyTorch (evaluator.py).
+It does not decide the reward (evaluator.py), calibrate the device or time eager PyTorch (baselines.py).
 """
 
 from __future__ import annotations
