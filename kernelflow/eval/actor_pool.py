@@ -21,8 +21,8 @@ judges differently (another kernelflow on its node) is retired like a dead actor
 an actor answers with is ours and is raised to the caller, not retried.
 
 It does not build verdicts, count submissions or connect to the cluster (`ray_backend.py`), and
-holds no evaluator: the actors do. Layers: `ray` is imported lazily, here and in `ray_backend.py`
-only (`import_ray`).
+holds no evaluator: the actors do. Layers: `ray` is imported lazily, inside functions, by
+`import_ray` here (which `ray_backend.py` uses as well); CI checks that no other module imports it.
 """
 
 from __future__ import annotations

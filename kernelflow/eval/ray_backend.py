@@ -21,14 +21,14 @@ The worker subprocesses inside each actor still isolate submissions from the act
 kills a worker, not the actor); actor deaths come from nodes, OOM killers, operators and faults
 the worker does not contain.
 
-Layers: `ray` is imported lazily, only in this module and `actor_pool.py` (CI checks both); without
-the `ray` extra installed, constructing a `RayEvaluator` raises an ImportError saying what to
-install. On a GPU actor, calibration and the timing lock live in a per-physical-GPU folder under
-`eval.cache_dir` (Ray gives every actor its GPU as device 0, so the per-index lock file would
-otherwise be shared by all GPUs of a host); the host's CLI and benchmarks do not take that lock.
-Ray starts its workers at niceness 15 (`RAY_worker_niceness`), and the actors' worker subprocesses
-inherit it: on a host shared with other work, start Ray with `RAY_worker_niceness=0` (`info()`
-reports each actor's).
+Layers: `ray` is imported lazily, through `actor_pool.import_ray` only (CI checks that no module
+outside the Ray backend imports it, and none at module level); without the `ray` extra installed,
+constructing a `RayEvaluator` raises an ImportError saying what to install. On a GPU actor,
+calibration and the timing lock live in a per-physical-GPU folder under `eval.cache_dir` (Ray gives
+every actor its GPU as device 0, so the per-index lock file would otherwise be shared by all GPUs
+of a host); the host's CLI and benchmarks do not take that lock. Ray starts its workers at niceness
+15 (`RAY_worker_niceness`), and the actors' worker subprocesses inherit it: on a host shared with
+other work, start Ray with `RAY_worker_niceness=0` (`info()` reports each actor's).
 """
 
 from __future__ import annotations
