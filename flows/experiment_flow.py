@@ -13,9 +13,9 @@ hash>`): completed stages and epochs are skipped (each still a task run, in a Co
 "Skipped" that says which attempt did it), the trainer resumes from the last checkpoint, and MLflow
 runs are reused (a parent run that already FINISHED keeps its end time). The flow run is named
 `<run>-attempt-<n>`, tagged with the experiment, config hash and seed, and holds a link artifact to
-the MLflow parent run. A failing stage marks the run failed with its cause (run state, MLflow tags,
-the Prefect flow run) and the command exits 1 saying how to resume. `dry_run=true` prints the plan
-and exits without loading a model or starting anything.
+the MLflow parent run (flows/artifacts.py). A failing stage marks the run failed with its cause (run
+state, MLflow tags, the Prefect flow run) and the command exits 1 saying how to resume.
+`dry_run=true` prints the plan and exits without loading a model or starting anything.
 
 This module runs the table's stages and reports a failure; the stages' work lives in stages.py, the command
 line (Hydra, exit status) in experiment.py.
@@ -31,6 +31,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from prefect import flow, tags
 
+from flows.artifacts import publish_mlflow_link
 from flows.config import REDACTED, ExperimentConfig, from_parameters, to_container
 from flows.endpoint import open_endpoint
 from flows.run_dir import COMPLETED, RUNNING, RunDir, config_hash, run_name, runs_root
@@ -106,21 +107,6 @@ def flow_run_tags(config: ExperimentConfig) -> list[str]:
     """The flow run's Prefect tags: experiment, config hash (12 digits, as in the run's name) and seed."""
     return [f"experiment:{config.name}", f"config:{config_hash(config)[:12]}", f"seed:{config.trainer.seed}",
             "kernelflow"]
-
-
-def publish_mlflow_link(config: ExperimentConfig, tracker: Tracker) -> None:
-    """A Prefect link artifact of the flow run pointing at the MLflow parent run (model-training view)."""
-    if not config.tracking.prefect_artifacts:
-        return
-    from prefect.artifacts import create_link_artifact
-
-    from flows.report import artifact_key
-
-    server = tracker.uri if tracker.uri.startswith("http") else "http://127.0.0.1:5000"
-    how = "" if tracker.uri.startswith("http") else f" (start it with: mlflow ui --backend-store-uri {tracker.uri})"
-    create_link_artifact(link=tracker.ui_url(server), link_text=f"MLflow run {tracker.parent_id}",
-                         key=artifact_key(f"kernelflow-mlflow-{tracker.run.path.name}"),
-                         description=f"The MLflow parent run of {tracker.run.path.name}{how}")
 
 
 def run_experiment(config: ExperimentConfig, overrides: list[str] | None = None) -> dict[str, Any]:

@@ -55,12 +55,12 @@ def render_plan(config: ExperimentConfig) -> str:
     p = experiment_plan(config)
     t, e, env, s = config.trainer, config.eval, config.env, config.evaluation
     model = f"{config.model.model}@{config.model.revision}" if config.model.source == "hub" else config.model.source
+    note = [f"                  note: the policy is {config.policy_note}"] if config.policy_note else []
     lines = [
         f"plan of experiment {config.name!r} (dry run: nothing is loaded, started or written)",
         f"  run directory   {runs_root(config) / p['run']}",
-        f"  policy          {model} + LoRA r{config.lora.r} alpha {config.lora.alpha}"
-        + ("   [a tiny random model: its results mean nothing]" if config.model.source == "tiny" else "")
-        + ("   [pre-trained here on a synthetic corpus: shows whether the loop learns]" if config.model.source == "sft" else ""),
+        f"  policy          {model} + LoRA r{config.lora.r} alpha {config.lora.alpha}",
+        *note,
         f"  environment     {'embedded server' if not env.url else env.url}; {env.server.max_turns} turns, "
         f"gamma {env.server.gamma}; evaluator {e.backend} at shape {e.shape!r}, {e.seeds} seed(s) per judgement",
         f"  stages          {' -> '.join(p['stages'])}",

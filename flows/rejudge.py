@@ -39,10 +39,10 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from prefect import flow
 
-from flows import results
+from flows.analysis import results
+from flows.artifacts import artifact_key
 from flows.config import ExperimentConfig, ExperimentSchema, from_parameters, to_container
 from flows.endpoint import open_endpoint
-from flows.report import artifact_key
 from flows.run_dir import RunDir, read_json, write_json
 from flows.schema import ConfigError
 from flows.stage_names import GREEDY_EVALS

@@ -5,6 +5,10 @@ MLflow run's name, its Prefect task run's name and the prefix of the metrics it 
 run, so renaming one here renames it everywhere. The order and the condition each stage runs under
 live in the stage table (`flows/stage_table.py`); this module holds only names, so modules that read
 a run's files (report, compare, rejudge) need not import Prefect.
+
+It also holds the two MLflow tags that carry those names (`RUN_TAG`, `STAGE_TAG`): `flows/tracking.py`
+writes them and the seed comparison (`flows/analysis/seed_runs.py`) reads runs back by them, without
+importing the tracker.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ TRAINED_SAMPLED = "trained_sampled"
 SEED_VALIDATION = "seed_validation"
 REPORT = "report"
 EPOCH_PREFIX = "epoch-"
+
+RUN_TAG = "kernelflow.run"  # the run directory's name, on the parent and every stage run
+STAGE_TAG = "kernelflow.stage"  # the stage's name, on its nested run
 
 # The greedy evaluations, before and after training, and the sampled evaluation after each of them
 # (when evaluation.samples > 0).

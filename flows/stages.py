@@ -30,7 +30,8 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.states import Completed, State
 
-from flows import provenance, results
+from flows import provenance
+from flows.analysis import results
 from flows.config import ExperimentConfig
 from flows.endpoint import Endpoint, server_config_json
 from flows.epoch import run_epoch
@@ -230,7 +231,8 @@ def sampled_eval_stage(ctx: RunContext, stage: str) -> dict:
 
     Its own stage, after the greedy one, so a failure here never redoes the greedy numbers. It logs
     per task `<stage>/<task>/samples` (n) and `samples_correct` (c, first attempt) etc. (results.SAMPLE_KEYS),
-    which flows/compare.py reads, and per group `group/<g>/pass_at_<k>` and `avg_at_n`.
+    which the seed comparison reads (flows/analysis/seed_runs.py), and per group `group/<g>/pass_at_<k>`
+    and `avg_at_n`.
     """
 
     def body(run_id: str) -> dict:
@@ -371,7 +373,8 @@ def validate(recorder: Recorder, endpoint: Endpoint, records: list, seeds: list[
 @task(name=REPORT, task_run_name=REPORT, cache_policy=NO_CACHE)
 def report_stage(ctx: RunContext) -> dict:
     """Render the report (markdown + PNG plots), log it to MLflow and publish it as Prefect artifacts."""
-    from flows import report
+    from flows.analysis import report
+    from flows.artifacts import publish_report
 
     def body(run_id: str) -> dict:
         cfg, run, tracker = ctx.config, ctx.run, ctx.tracker
@@ -383,7 +386,7 @@ def report_stage(ctx: RunContext) -> dict:
         tracker.log_artifacts(run_id, run.report_dir, REPORT)
         tracker.log_artifacts(tracker.parent_id, run.report_dir, REPORT)
         if cfg.tracking.prefect_artifacts:
-            report.publish_prefect(rendered, run.path.name)
+            publish_report(rendered, run.path.name)
         return {"report": str(rendered.path), "metrics": json.loads(json.dumps(rendered.metrics))}
 
     return run_stage(ctx, REPORT, body)

@@ -32,11 +32,10 @@ from typing import Any
 
 from flows.config import ExperimentConfig
 from flows.run_dir import RunDir, runs_root
+from flows.stage_names import RUN_TAG, STAGE_TAG
 
 log = logging.getLogger("kernelflow.flows")
 
-RUN_TAG = "kernelflow.run"  # the run directory's name, on the parent and every stage run
-STAGE_TAG = "kernelflow.stage"
 MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
 MAX_TAG_CHARS = 5000
 NOTE_TAG = "mlflow.note.content"  # the run's description in the MLflow UI (markdown)
@@ -178,7 +177,7 @@ class Tracker:
 
         So a metric that has no value (an untimed kernel's runtime, the KL of a skipped update) is
         absent at that step rather than a NaN point that charts and summaries trip over; readers
-        (flows/compare.py) already treat a missing metric as "no value".
+        (flows/analysis/seed_runs.py) already treat a missing metric as "no value".
         """
         from mlflow.entities import Metric
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -55,8 +56,10 @@ def _post(url: str, body: dict) -> list[dict]:
 
 
 def prefect_pages(ui: str, flow_runs: list[dict], artifacts: list[dict], run: str) -> list[tuple[str, str]]:
-    """The flow run's page and its report artifact's page (the latest flow run named `run`)."""
-    ours = sorted((r for r in flow_runs if r["name"] == run), key=lambda r: r.get("start_time") or "")
+    """The flow run's page and its report artifact's page: the latest flow run of run directory `run`, whose
+    Prefect name is `<run>-attempt-<n>` (flows/experiment_flow.py; a bare `<run>` is accepted too)."""
+    ours = sorted((r for r in flow_runs if r["name"] == run or re.fullmatch(re.escape(run) + r"-attempt-\d+", r["name"])),
+                  key=lambda r: r.get("start_time") or "")
     if not ours:
         raise LookupError(f"no Prefect flow run named {run!r} (found {sorted({r['name'] for r in flow_runs})})")
     flow_run = ours[-1]
@@ -70,9 +73,12 @@ def prefect_pages(ui: str, flow_runs: list[dict], artifacts: list[dict], run: st
 
 def mlflow_pages(ui: str, experiment_id: str, run_id: str) -> list[tuple[str, str]]:
     """The MLflow parent run's overview, its charts and its report.html in the artifact view."""
+    # The query the flow's own links carry: without it MLflow 3.17 opens its GenAI view, not model training.
+    from flows.tracking import UI_QUERY
+
     base = f"{ui}/#/experiments/{experiment_id}/runs/{run_id}"
-    return [("mlflow-run-overview.png", base), ("mlflow-run-charts.png", f"{base}/model-metrics"),
-            ("mlflow-run-report.png", f"{base}/artifacts/report/report.html")]
+    return [("mlflow-run-overview.png", base + UI_QUERY), ("mlflow-run-charts.png", f"{base}/model-metrics{UI_QUERY}"),
+            ("mlflow-run-report.png", f"{base}/artifacts/report/report.html{UI_QUERY}")]
 
 
 def find_mlflow_run(tracking_uri: str, run: str) -> tuple[str, str]:

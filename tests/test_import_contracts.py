@@ -94,6 +94,8 @@ UPWARD = [
     ("kernelflow/tasks/families.py", "from kernelflow.tasks.suite import TASKS", "the task suite imports the families"),
     ("kernelflow/cache_dir.py", "import kernelflow.tasks", "kernelflow's layers import only downward"),
     ("kernelflow/config_dicts.py", "import kernelflow.cache_dir", "kernelflow's layers import only downward"),
+    ("flows/analysis/render.py", "from flows.tracking import Tracker", "flows.analysis reads and renders results"),
+    ("flows/analysis/report.py", "import prefect.artifacts", "flows.analysis reads and renders results"),
 ]
 
 

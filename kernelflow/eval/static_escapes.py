@@ -1,4 +1,4 @@
-"""Static checks for escapes the name tables in `static_analysis` do not see (red team F1, F2).
+"""Static checks for escapes the name tables in `static_tables` do not see (red team F1, F2).
 
 - `source_encoding`: a PEP 263 coding declaration on line 1 or 2 other than UTF-8. The checks parse the
   submission as a str, where Python ignores the cookie; the worker imports the file, where the importer
@@ -29,7 +29,8 @@ import io
 import re
 import tokenize
 
-from kernelflow.eval.static_analysis import _Findings, _literal_getattr
+from kernelflow.eval.static_analysis import _literal_getattr
+from kernelflow.eval.static_rules import _Findings
 from kernelflow.eval.verdict import Check
 
 # CPython 3.10-3.14 frame, generator, coroutine, async-generator, traceback, code and cell attributes, and

@@ -1,4 +1,4 @@
-"""Module re-exports: the canonical names a dotted chain also stands for (see `static_analysis._classified`).
+"""Module re-exports: the canonical names a dotted chain also stands for (see `static_rules._classified`).
 
 Allowed modules hold other modules under plain attribute names: `torch.nn.init.torch` *is* `torch`,
 `torch.cuda.torch`, `torch.nn.functional.torch` and `torch.torch` too; `tl.core.ir` is

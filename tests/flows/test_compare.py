@@ -1,8 +1,8 @@
-"""The seed comparison (flows/compare.py) on small synthetic parent runs in a temporary MLflow store.
+"""The seed comparison (flows/compare.py, flows/analysis/) on small synthetic parent runs in a temporary MLflow store.
 
 Running three smoke experiments would take minutes, so each "seed" here is a parent run made the way
 the flow makes it: `Tracker` creates it, the config is logged as params the way the provenance stage
-does (`split_settings`), and both evaluations' metrics are computed by `flows.results` from records
+does (`split_settings`), and both evaluations' metrics are computed by `flows.analysis.results` from records
 shaped like `results.json` and logged as `stages.eval_stage` does (`Tracker.log_stage_metrics`: per
 task on the stage's nested run, summaries on the parent); the compile speedups are on the parent,
 as runs logged before that carried per-task values. The numbers the report must show are worked
@@ -15,10 +15,12 @@ import json
 
 import pytest
 
-from flows.compare import SeedRun, artifact_markdown, compare, load_runs, main, render, task_groups
+from flows.analysis.comparison import compare, render
+from flows.analysis.render import artifact_markdown, data_uri
+from flows.analysis.results import outcomes, sample_task_metrics, summary_metrics, task_metrics
+from flows.analysis.seed_runs import SeedRun, load_runs, task_groups
+from flows.compare import main
 from flows.config import to_experiment_config
-from flows.report_page import data_uri
-from flows.results import outcomes, sample_task_metrics, summary_metrics, task_metrics
 from flows.run_dir import RunDir, run_name, split_settings
 from flows.tracking import Tracker
 from kernelflow.train.evaluation import TaskEvalResult

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 from mlflow.tracking import MlflowClient
 
-from flows.results import OUTCOME_KEYS
+from flows.analysis.results import OUTCOME_KEYS
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 

@@ -1,10 +1,10 @@
-"""Reports with their plots inside (flows/report_page.py): data URIs for Prefect, one HTML page for MLflow."""
+"""Reports with their plots inside (flows/analysis/render.py): data URIs for Prefect, one HTML page for MLflow."""
 
 from __future__ import annotations
 
 import base64
 
-from flows.report_page import data_uri, embed_images, linked_images, to_html, write_html
+from flows.analysis.render import data_uri, embed_images, linked_images, to_html, write_html
 
 PNG = base64.b64decode(  # a 1x1 PNG: enough to check the bytes travel, no plotting needed
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")

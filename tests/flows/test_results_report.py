@@ -11,10 +11,11 @@ import re
 
 import pytest
 
-from flows import results
+from flows.analysis import results
+from flows.analysis.render import artifact_markdown, data_uri, policy_note
+from flows.analysis.report import write_report
+from flows.artifacts import artifact_key, publish_report
 from flows.config import to_experiment_config
-from flows.report import SFT_WARNING, TINY_WARNING, artifact_key, artifact_markdown, publish_prefect, write_report
-from flows.report_page import data_uri
 from flows.run_dir import RunDir, write_json
 from kernelflow.train.evaluation import SampledTaskResult, TaskEvalResult
 from kernelflow.train.metrics import UpdateMetrics
@@ -99,7 +100,8 @@ def test_report_from_stored_results(tmp_path):
                           "25_Swish": {"correct": 2, "passed": True}}})
     rendered = write_report(run, config)
     text = rendered.path.read_text()
-    assert SFT_WARNING in text and TINY_WARNING not in text  # the smoke policy is the reduced SFT policy
+    # the smoke policy is the reduced SFT policy: the report says so in the note's one wording
+    assert f"> **Note on the policy:** this run's policy is {policy_note('sft')}." in text and policy_note("tiny") not in text
     # each group row says which attempts it counts, and the change after - before
     assert "| train | its first or second attempt is correct | 4 | 0 | 2 | +2 |" in text
     assert "| held-out | its first or second attempt is correct | 3 | 0 | 0 | 0 |" in text
@@ -134,7 +136,7 @@ def assert_plots_embedded(rendered, pngs):
     assert "data:image/png;base64," not in rendered.markdown
 
 
-def test_publish_prefect_sends_the_markdown_with_its_plots(tmp_path, monkeypatch):
+def test_publish_report_sends_the_markdown_with_its_plots(tmp_path, monkeypatch):
     import prefect.artifacts
 
     sent = {}
@@ -145,7 +147,7 @@ def test_publish_prefect_sends_the_markdown_with_its_plots(tmp_path, monkeypatch
     for stage in ("baseline_eval", "trained_eval"):
         write_json(run.stage_dir(stage) / "results.json", [record(t, turn(1, "no_code")) for t in config.tasks.all])
     rendered = write_report(run, config)
-    publish_prefect(rendered, "Smoke-1")
+    publish_report(rendered, "Smoke-1")
     assert sent["markdown"]["key"] == "kernelflow-report-smoke-1"
     assert sent["markdown"]["markdown"] == artifact_markdown(rendered)
     assert data_uri(run.report_dir / "per_task_before_after.png") in sent["markdown"]["markdown"]
@@ -228,7 +230,7 @@ UPDATES = [UpdateMetrics.from_dict(update(1, 1, 0.1, 0.4)),   # mean - std < 0: 
 def test_reward_band_stays_at_or_above_zero_and_the_title_promises_what_is_drawn():
     import matplotlib.pyplot as plt
 
-    from flows.report import reward_figure
+    from flows.analysis.report import reward_figure
 
     fig = reward_figure(UPDATES)
     ax = fig.axes[0]
@@ -250,7 +252,7 @@ def test_reward_band_stays_at_or_above_zero_and_the_title_promises_what_is_drawn
 def test_tasks_without_reward_show_their_status_instead_of_an_empty_slot():
     import matplotlib.pyplot as plt
 
-    from flows.report import before_after_figure
+    from flows.analysis.report import before_after_figure
 
     rows = [{"task": "19_ReLU", "before": "incorrect / compile_error", "after": "ok", "reward_before": 0.0,
              "reward_after": 2.5},

@@ -24,7 +24,7 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
-from flows.compare import load_runs
+from flows.analysis.seed_runs import load_runs
 from kernelflow.tasks import family_task_ids
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -33,7 +33,7 @@ SEEDS = (42, 43, 44)
 EXPERIMENT = "ci-seeds"
 PILOT_GROUPS = {"train": ("19_ReLU", "21_Sigmoid"), "reserved": ("25_Swish",), "heldout": ("23_Softmax",)}
 GROUPS = {**PILOT_GROUPS, "families": tuple(family_task_ids())}  # every family task, whatever the suite holds now
-# `estimate [low, high]` as flows.statistics.Interval.format writes it
+# `estimate [low, high]` as flows.analysis.statistics.Interval.format writes it
 INTERVAL = r"-?\d+\.\d\d \[-?\d+\.\d\d, -?\d+\.\d\d\]"
 
 
@@ -108,7 +108,7 @@ def test_every_family_task_went_through_the_whole_flow(compared):
         updates = json.loads((run / "epoch-1" / "updates.json").read_text())
         assert sorted(u["task_id"] for u in updates) == sorted(GROUPS["train"])  # trained on the pilot's group only
         report = (run / "report" / "report.md").read_text()
-        # the group row: name, which attempts it counts, the number of tasks (flows/report.py)
+        # the group row: name, which attempts it counts, the number of tasks (flows/analysis/report.py)
         assert re.search(rf"\| families \| [^|]+ \| {len(GROUPS['families'])} \|", report), report[:3000]
         assert "**families**: never trained on" in report
 

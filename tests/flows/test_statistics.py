@@ -1,4 +1,4 @@
-"""The comparison's statistics on inputs whose answers are known by hand (flows/statistics.py)."""
+"""The comparison's statistics on inputs whose answers are known by hand (flows/analysis/statistics.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from math import comb
 import numpy as np
 import pytest
 
-from flows import results
-from flows.statistics import (
+from flows.analysis import results
+from flows.analysis.statistics import (
     avg_at_n,
     bootstrap_difference,
     bootstrap_mean,

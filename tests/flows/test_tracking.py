@@ -14,8 +14,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from flows import provenance
+from flows.analysis.results import outcomes, summary_metrics, task_metrics
 from flows.config import to_experiment_config
-from flows.results import outcomes, summary_metrics, task_metrics
 from flows.run_dir import RunDir
 from flows.stages import dense_statuses, headline
 from flows.tracking import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, NOTE_TAG, Tracker

@@ -18,8 +18,11 @@ spec = importlib.util.spec_from_file_location("screenshots", ROOT / "scripts" / 
 screenshots = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(screenshots)
 
-FLOW_RUNS = [{"id": "old", "name": "smoke-abc", "start_time": "2026-12-01T10:00:00Z"},
-             {"id": "new", "name": "smoke-abc", "start_time": "2026-12-01T11:00:00Z"},
+# The flow names its Prefect runs `<run>-attempt-<n>` (flows/experiment_flow.py); the prefix of another
+# run's name is not a match.
+FLOW_RUNS = [{"id": "old", "name": "smoke-abc-attempt-1", "start_time": "2026-12-01T10:00:00Z"},
+             {"id": "new", "name": "smoke-abc-attempt-2", "start_time": "2026-12-01T11:00:00Z"},
+             {"id": "longer", "name": "smoke-abcd-attempt-1", "start_time": "2026-12-01T11:30:00Z"},
              {"id": "other", "name": "pilot-def", "start_time": "2026-12-01T12:00:00Z"}]
 ARTIFACTS = [{"id": "a1", "key": "kernelflow-report-smoke-abc", "type": "markdown", "flow_run_id": "new"},
              {"id": "a2", "key": "kernelflow-tasks-smoke-abc", "type": "table", "flow_run_id": "new"},
@@ -33,9 +36,10 @@ def test_pages_are_the_latest_flow_run_its_report_and_the_mlflow_run():
     with pytest.raises(LookupError, match="no Prefect flow run named 'nope'"):
         screenshots.prefect_pages("u", FLOW_RUNS, ARTIFACTS, "nope")
     assert dict(screenshots.mlflow_pages("http://m", "3", "r1")) == {
-        "mlflow-run-overview.png": "http://m/#/experiments/3/runs/r1",
-        "mlflow-run-charts.png": "http://m/#/experiments/3/runs/r1/model-metrics",
-        "mlflow-run-report.png": "http://m/#/experiments/3/runs/r1/artifacts/report/report.html"}
+        "mlflow-run-overview.png": "http://m/#/experiments/3/runs/r1?workflowType=machine_learning",
+        "mlflow-run-charts.png": "http://m/#/experiments/3/runs/r1/model-metrics?workflowType=machine_learning",
+        "mlflow-run-report.png":
+            "http://m/#/experiments/3/runs/r1/artifacts/report/report.html?workflowType=machine_learning"}
     assert set(screenshots.WINDOW) == {n for n, _ in pages} | set(dict(screenshots.mlflow_pages("m", "3", "r")))
 
 

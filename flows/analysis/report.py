@@ -1,4 +1,4 @@
-"""The run's report: the pilot's before/after table, per-task numbers, fast_p, plots; and its Prefect artifacts.
+"""The run's report: the pilot's before/after table, per-task numbers, fast_p and plots, from the run directory.
 
 `write_report(run, config)` reads what the stages stored in the run directory (the evaluations'
 results.json and each epoch's updates.json as the train layer's types, through their `from_dict`;
@@ -16,36 +16,28 @@ attempts it counts, plus the overall first-attempt row) with each group's role, 
 speedup vs eager, extra seeds) with a line reading its statuses, fast_p for p in {0, 1, 1.2}, and,
 when the run made sampled evaluations (`baseline_sampled`, `trained_sampled`), pass@k and avg@n per
 group and c/n per task, before and after. A run whose policy is built here (the tiny random model,
-the synthetic SFT policy) says so at the top.
-`publish_prefect` shows the same report in the Prefect UI (a markdown artifact with the plots inlined as
-data URIs, and a table artifact); `flows/report_page.py` does the inlining and the HTML.
-This module reads files and renders; it computes no rewards and logs nothing to MLflow.
+the synthetic SFT policy) says so at the top, in the note's one wording (`render.policy_note`).
+
+The table cells, the figures' pyplot and colours, and report.html come from the shared renderer
+(`flows/analysis/render.py`), which the seed comparison uses too. This module reads files and renders;
+it computes no rewards, logs nothing to MLflow and publishes nothing to Prefect (`flows/artifacts.py`
+shows the rendered report in the Prefect UI).
 """
 
 from __future__ import annotations
 
 import csv
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flows import report_page, results
 from flows import stage_names as names
+from flows.analysis import results
+from flows.analysis.render import BAR_WIDTH, SIDES, change, fmt, policy_note, pyplot, save, write_html
 from flows.config import ExperimentConfig
 from flows.epoch import UPDATES_FILE, read_updates
 from flows.run_dir import RunDir, read_json
 
-TINY_WARNING = (
-    "**This run's policy is a tiny random model** (built locally, random weights): it writes no working "
-    "kernels, so every count below is expected to be zero. The run checks that the pipeline works end to end; "
-    "its numbers say nothing about any real model."
-)
-SFT_WARNING = (
-    "**This run's policy is a small model pre-trained here on a synthetic corpus** (kernelflow/train/sft.py, "
-    "docs/learnability.md): it writes real kernels, some wrong on purpose, so the counts below show whether the "
-    "loop learns from the environment's verdicts. They say nothing about any real model."
-)
 GROUP_LABELS = {"train": "train", "reserved": "reserved", "heldout": "held-out", "families": "families"}
 FIRST_ONLY = "its first attempt is correct"
 
@@ -82,26 +74,6 @@ def _load(path: Path, default: Any) -> Any:
     return read_json(path) if path.is_file() else default
 
 
-def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
-
-
-def _change(before: float | int | None, after: float | int | None, digits: int = 3) -> str:
-    """after - before with its sign (`+2`, `-0.300`, `0`); — when either side is missing."""
-    if before is None or after is None:
-        return "—"
-    d = after - before
-    if d == 0:
-        return "0"
-    return f"{d:+d}" if isinstance(d, int) else f"{d:+.{digits}f}"
-
-
 def pilot_table(before: dict, after: dict, groups: dict[str, tuple[str, ...]],
                 attempts: int = results.DEFAULT_ATTEMPTS) -> list[str]:
     """Correct tasks per group before/after; each row says which attempts it counts."""
@@ -111,12 +83,12 @@ def pilot_table(before: dict, after: dict, groups: dict[str, tuple[str, ...]],
              "| change (after − before) |", "|---|---|---:|---:|---:|---:|"]
     for g in groups:
         lines.append(f"| {GROUP_LABELS.get(g, g)} | {by_last} | {b[g]['tasks']} | {b[g]['correct']} | "
-                     f"{a[g]['correct']} | {_change(b[g]['correct'], a[g]['correct'])} |")
+                     f"{a[g]['correct']} | {change(b[g]['correct'], a[g]['correct'])} |")
     o_b, o_a = b["overall"], a["overall"]
     lines.append(f"| **overall** | **{FIRST_ONLY}** | {o_b['tasks']} | {o_b['first']} | {o_a['first']} | "
-                 f"{_change(o_b['first'], o_a['first'])} |")
+                 f"{change(o_b['first'], o_a['first'])} |")
     lines.append(f"| overall | {by_last} | {o_b['tasks']} | {o_b['correct']} | {o_a['correct']} | "
-                 f"{_change(o_b['correct'], o_a['correct'])} |")
+                 f"{change(o_b['correct'], o_a['correct'])} |")
     return lines
 
 
@@ -179,9 +151,9 @@ def sampled_section(config: ExperimentConfig, before: dict, after: dict) -> tupl
     metrics: dict[str, float] = {}
     for g in groups:
         b, a = rates["before"][g], rates["after"][g]
-        cells = [f"{_fmt(b.get(f'pass_at_{k}'), 2)} | {_fmt(a.get(f'pass_at_{k}'), 2)}" for k in ks]
-        cells += [f"{_fmt(b.get('avg_at_n'), 2)} | {_fmt(a.get('avg_at_n'), 2)}",
-                  f"{_fmt(b.get('pass_at_1/by_2nd'), 2)} | {_fmt(a.get('pass_at_1/by_2nd'), 2)}"]
+        cells = [f"{fmt(b.get(f'pass_at_{k}'), 2)} | {fmt(a.get(f'pass_at_{k}'), 2)}" for k in ks]
+        cells += [f"{fmt(b.get('avg_at_n'), 2)} | {fmt(a.get('avg_at_n'), 2)}",
+                  f"{fmt(b.get('pass_at_1/by_2nd'), 2)} | {fmt(a.get('pass_at_1/by_2nd'), 2)}"]
         label = "**overall**" if g == "overall" else GROUP_LABELS.get(g, g)
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
         for side, r in (("before", b), ("after", a)):
@@ -202,15 +174,6 @@ def sampled_section(config: ExperimentConfig, before: dict, after: dict) -> tupl
     return lines, metrics
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no display on a server or in CI
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def reward_figure(updates: list):
     """Mean reward of each update's group with a ± std band, clipped at 0 (no reward is negative).
 
@@ -219,7 +182,7 @@ def reward_figure(updates: list):
     """
     from matplotlib.ticker import MaxNLocator
 
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.5))
     xs = [u.update for u in updates]
     means = [u.reward_mean for u in updates]
@@ -250,18 +213,19 @@ def before_after_figure(rows: list[dict[str, Any]]):
     An unsolved task's reward is 0, which draws no bar: its slot gets a small hollow, hatched marker and
     its last attempt's status written upwards, so a missing bar reads as a failure and not as a gap.
     """
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.2))
     top = max([1.0] + [r[k] or 0.0 for r in rows for k in ("reward_before", "reward_after")]) * 1.1
-    for offset, key, status_key, label, color in ((-0.2, "reward_before", "before", "before (base model)", "#9aa5b1"),
-                                                  (0.2, "reward_after", "after", "after (adapter)", "#2f6fb0")):
+    labels = {"before": "before (base model)", "after": "after (adapter)"}
+    for side, offset, color in SIDES:
+        key = f"reward_{side}"
         xs = [x + offset for x in range(len(rows))]
-        ax.bar(xs, [r[key] or 0.0 for r in rows], width=0.4, label=label, color=color)
+        ax.bar(xs, [r[key] or 0.0 for r in rows], width=BAR_WIDTH, label=labels[side], color=color)
         for x, r in zip(xs, rows, strict=True):
             if r[key]:
                 continue
-            ax.bar(x, 0.02 * top, width=0.4, fill=False, hatch="///", edgecolor=color, lw=0.6)
-            ax.text(x, 0.03 * top, _final_status(r[status_key]), rotation=90, ha="center", va="bottom",
+            ax.bar(x, 0.02 * top, width=BAR_WIDTH, fill=False, hatch="///", edgecolor=color, lw=0.6)
+            ax.text(x, 0.03 * top, _final_status(r[side]), rotation=90, ha="center", va="bottom",
                     fontsize=6.5, color=color)
     ax.set_xticks(list(range(len(rows))), [r["task"] for r in rows], rotation=35, ha="right", fontsize=8)
     ax.set_ylim(0.0, top)
@@ -272,17 +236,12 @@ def before_after_figure(rows: list[dict[str, Any]]):
     return fig
 
 
-def _save(fig, path: Path) -> None:
-    fig.savefig(path, dpi=120)
-    _pyplot().close(fig)
-
-
 def plot_rewards(updates: list, path: Path) -> None:
-    _save(reward_figure(updates), path)
+    save(reward_figure(updates), path, dpi=120)
 
 
 def plot_before_after(rows: list[dict[str, Any]], path: Path) -> None:
-    _save(before_after_figure(rows), path)
+    save(before_after_figure(rows), path, dpi=120)
 
 
 def load_results(run: RunDir, stage: str, sampled: bool = False) -> list:
@@ -318,10 +277,8 @@ def write_report(run: RunDir, config: ExperimentConfig, mlflow_run: str = "") ->
     model = {"hub": f"{m.model} @ {m.revision}", "tiny": "tiny random model",
              "sft": "SFT policy (synthetic corpus)"}.get(m.source, m.model)
     lines = [f"# kernelflow report: {run.path.name}", ""]
-    if m.source == "tiny":
-        lines += [f"> {TINY_WARNING}", ""]
-    elif m.source == "sft":
-        lines += [f"> {SFT_WARNING}", ""]
+    if policy_note(m.source):
+        lines += [f"> **Note on the policy:** this run's policy is {policy_note(m.source)}.", ""]
     lines += [
         f"- policy: {model} + LoRA r{config.lora.r} alpha {config.lora.alpha}; {config.trainer.estimator}, "
         f"{config.trainer.epochs} epoch(s), group {config.trainer.group_size}, T {config.trainer.temperature}, "
@@ -344,10 +301,10 @@ def write_report(run: RunDir, config: ExperimentConfig, mlflow_run: str = "") ->
               "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(
-            f"| {r['task']} | {r['group']} | {r['before']} | {r['after']} | {_fmt(r['reward_before'])} | "
-            f"{_fmt(r['reward_after'])} | {_change(r['reward_before'], r['reward_after'])} | "
-            f"{_fmt(r['runtime_ms'], 4)} | {_fmt(r['roofline_fraction'])} | "
-            f"{_fmt(r['speedup_vs_eager'], 2)} | {_fmt(r['extra_seeds'])} |"
+            f"| {r['task']} | {r['group']} | {r['before']} | {r['after']} | {fmt(r['reward_before'])} | "
+            f"{fmt(r['reward_after'])} | {change(r['reward_before'], r['reward_after'])} | "
+            f"{fmt(r['runtime_ms'], 4)} | {fmt(r['roofline_fraction'])} | "
+            f"{fmt(r['speedup_vs_eager'], 2)} | {fmt(r['extra_seeds'])} |"
         )
     lines += ["", status_legend(rows, attempts)]
     lines += ["", "## fast_p (correct and faster than eager PyTorch by more than p)", "",
@@ -374,27 +331,5 @@ def write_report(run: RunDir, config: ExperimentConfig, mlflow_run: str = "") ->
     markdown = "\n".join(lines)
     path = out / "report.md"
     path.write_text(markdown)
-    report_page.write_html(markdown, out, out / "report.html", f"kernelflow report: {run.path.name}")
+    write_html(markdown, out, out / "report.html", f"kernelflow report: {run.path.name}")
     return RenderedReport(path=path, markdown=markdown, rows=rows, metrics=metrics)
-
-
-def artifact_key(name: str) -> str:
-    """A Prefect artifact key (lowercase letters, digits and dashes) from a run name."""
-    return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
-
-
-def artifact_markdown(rendered: RenderedReport) -> str:
-    """The report's markdown with its plots inlined as data URIs: a Prefect artifact has no directory beside it."""
-    return report_page.embed_images(rendered.markdown, rendered.path.parent)
-
-
-def publish_prefect(rendered: RenderedReport, run_name: str) -> None:
-    """The report as Prefect artifacts of the current flow run (markdown with its plots, and the per-task table)."""
-    from prefect.artifacts import create_markdown_artifact, create_table_artifact
-
-    key = artifact_key(f"kernelflow-report-{run_name}")
-    create_markdown_artifact(markdown=artifact_markdown(rendered), key=key,
-                             description=f"kernelflow report of {run_name}")
-    table = [{k: _fmt(v) for k, v in row.items()} for row in rendered.rows]
-    create_table_artifact(table=table, key=artifact_key(f"kernelflow-tasks-{run_name}"),
-                          description=f"per-task results of {run_name}")

@@ -19,7 +19,8 @@ task's 0/1 outcome, a group's success fraction), so the interval says how much t
 seed to seed, not how it would move with other tasks. With one value the interval is that value.
 NaN values (a metric that does not exist for a run) are dropped before anything is computed.
 
-Pure functions over numbers; nothing here reads MLflow or writes files (that is `compare.py`).
+Pure functions over numbers; nothing here reads MLflow or writes files (that is the comparison's:
+`flows/analysis/seed_runs.py` reads the runs, `flows/analysis/comparison.py` writes the files).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ A sampled evaluation stores one record per task with its n episodes (`SampledTas
 
 and `sample_summary_metrics` gives per group (and overall) the mean over tasks of the unbiased pass@k
 for k = 1, 2, 4, ... up to n (`pass_ks`) and avg@n = c / n, first attempt and by the last
-(`flows/statistics.py` computes them). Pure functions; nothing is logged or read from disk here.
+(`flows/analysis/statistics.py` computes them). Pure functions; nothing is logged or read from disk here.
 """
 
 from __future__ import annotations
@@ -35,13 +35,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from flows import statistics
-from flows.stage_names import SAMPLED_STAGES
+from flows.analysis import statistics
 
 if TYPE_CHECKING:
     from kernelflow.train.evaluation import SampledTaskResult, TaskEvalResult
-
-__all__ = ["SAMPLED_STAGES"]  # re-exported: the sampled stage after each greedy one (flows/stage_names.py)
 
 FAST_P = (0.0, 1.0, 1.2)
 NUMBER_KEYS = ("reward", "runtime_ms", "roofline_fraction", "speedup_vs_eager")
@@ -56,7 +53,7 @@ def outcome_keys(attempts: int = DEFAULT_ATTEMPTS) -> tuple[str, ...]:
     return (*(f"turn{k}_correct" for k in range(1, attempts + 1)), *NUMBER_KEYS)
 
 
-OUTCOME_KEYS = outcome_keys()  # the two-attempt protocol's keys (what flows/compare.py reads)
+OUTCOME_KEYS = outcome_keys()  # the two-attempt protocol's keys (what the seed comparison reads, flows/analysis/seed_runs.py)
 
 
 def ordinal(n: int) -> str:
