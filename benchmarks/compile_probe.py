@@ -9,7 +9,7 @@ a cold Triton cache that imports torch and triton, initialises CUDA, loads the c
 first and second forward at the small shape, changing one thing the worker does differently:
 
 - `plain`: the baseline's setting (inherits this environment).
-- `worker_env`: the worker's environment (`prewarm.worker_environment`: only the kept variables,
+- `worker_env`: the worker's environment (`worker_handle.worker_environment`: only the kept variables,
   HOME/TMPDIR in a fresh folder, PYTHONDONTWRITEBYTECODE, PYTHONNOUSERSITE, OMP_NUM_THREADS=1); not its
   rlimits.
 - `controls`: the worker's runtime controls around the call (LaunchCounter + DispatchGuard).
@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # benchmarks run from a checkout
 
-from kernelflow.eval.prewarm import worker_environment  # noqa: E402
+from kernelflow.eval.worker_handle import worker_environment  # noqa: E402
 
 CHILD = r'''
 import json, os, sys, time

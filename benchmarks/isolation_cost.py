@@ -27,7 +27,7 @@ from pathlib import Path
 
 from kernelflow.eval import EVALUATOR_VERSION, EvalConfig, Evaluator
 from kernelflow.eval.isolation import host_mechanisms
-from kernelflow.eval.prewarm import SpawnSpec, WorkerHandle
+from kernelflow.eval.worker_handle import SpawnSpec, WorkerHandle
 
 HONEST_RELU = '''import torch
 import torch.nn as nn

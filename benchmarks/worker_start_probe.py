@@ -3,7 +3,7 @@
     python benchmarks/worker_start_probe.py --backend cuda
 
 For each variant of the backend's mechanisms (all of them, then each left out in turn) it spawns one
-worker through the real spawn path (prewarm.WorkerHandle), waits for it to warm up and confine itself,
+worker through the real spawn path (worker_handle.WorkerHandle), waits for it to warm up and confine itself,
 and prints the outcome and the worker's own output, so a mechanism that breaks the worker's start on a
 new host is named directly. Nothing is judged.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernelflow.eval import EvalConfig, isolation  # noqa: E402
-from kernelflow.eval.prewarm import SpawnSpec, WorkerHandle  # noqa: E402
+from kernelflow.eval.worker_handle import SpawnSpec, WorkerHandle  # noqa: E402
 
 
 def main() -> int:

@@ -1,25 +1,25 @@
 """evaluate(task, answer, config) -> Verdict: the evaluator's front door.
 
 `Evaluator` holds what outlives one submission: the bounded worker pool (a semaphore; many
-concurrent requests queue instead of exhausting memory), the device calibration, cached eager
-timings, the verdict cache and the input/reference cache (`cache.py`), and, when `prewarm_workers`
-is above 0 (or "auto", sized above 0 for this device), a pool of pre-warmed fresh workers (`prewarm.py`).
-Per submission it extracts the code, answers
-from the verdict cache when an identical submission was judged under the same settings, else runs
-the static checks and, if they pass, a `JudgeSession` with a fresh worker; then it turns the outcome
-into one `Verdict` with its reward and feedback. Whatever the submission does, exactly one verdict
+concurrent requests queue instead of exhausting memory), the device calibration and cached eager
+timings (`baselines.py`), the verdict cache and the input/reference cache (`cache.py`), and, when
+`prewarm_workers` is above 0 (or "auto", sized above 0 for this device), a pool of pre-warmed fresh
+workers (`prewarm.py`). Per submission it extracts the code, answers from the verdict cache when
+an identical submission was judged under the same settings, else runs the static checks and, if
+they pass, a `JudgeSession` with a fresh worker; then it turns the outcome into one `Verdict` with
+its reward and feedback. Whatever the submission does, exactly one verdict
 comes back; `evaluate` never raises for submitted code (an evaluator fault becomes status
 `evaluator_error`).
 
-It does not compare outputs or run submissions itself (`session.py`, `worker.py`), and holds no
-formula but the call to `compute_reward`.
+It does not compare outputs or run submissions itself (`session/`, `worker.py`), does not time
+the reference or calibrate the device (`baselines.py`), and holds no formula but the call to
+`compute_reward`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import statistics
 import threading
 import time
 import traceback
@@ -30,22 +30,23 @@ from dataclasses import asdict
 import torch
 
 import kernelflow
+from kernelflow.eval.baselines import Baselines
 from kernelflow.eval.cache import ReferenceCache, VerdictCache, verdict_key
 from kernelflow.eval.config import EvalConfig, config_hash, input_salt
 from kernelflow.eval.device_memory import MemoryBudget, budget_bytes, estimate_verdict_bytes
 from kernelflow.eval.feedback import build_feedback
 from kernelflow.eval.ipc_arena import ALIGN, ArenaPool
 from kernelflow.eval.isolation import protect_judge, resolve
-from kernelflow.eval.prewarm import SpawnSpec, WarmPool, pool_size
-from kernelflow.eval.reward import compute_reward, roofline_fraction
-from kernelflow.eval.roofline import Calibration, calibrate
+from kernelflow.eval.prewarm import WarmPool, pool_size
+from kernelflow.eval.reward import compute_reward
 from kernelflow.eval.session import GateCalibration, JudgeSession, SessionOutcome, WorkerLink
 from kernelflow.eval.session import calibrate as calibrate_gate
 from kernelflow.eval.session.gated_clock import GpuHealth
 from kernelflow.eval.static_checks import first_failure, run_static_checks
-from kernelflow.eval.timing import TimingResult, gpu_lock, time_cuda
+from kernelflow.eval.timing import gpu_lock
 from kernelflow.eval.verdict import Check, Status, Verdict, WallTime, code_sha256
-from kernelflow.tasks import Task, extract_code, generate_inputs, get_task
+from kernelflow.eval.worker_handle import SpawnSpec
+from kernelflow.tasks import Task, extract_code, get_task
 
 log = logging.getLogger(__name__)
 
@@ -79,11 +80,11 @@ class Evaluator:
         self._memory: MemoryBudget | None = None  # CUDA: sized at the first verdict (device_memory.py)
         self._verdict_bytes: dict[tuple, int] = {}
         self._state_lock = threading.Lock()
-        self._calibration: Calibration | None = None
+        # The device calibration and the reference's cached eager/torch.compile times (baselines.py).
+        self._baselines = Baselines(self.device, self.config, self._state_lock)
         self._gate: GateCalibration | None = None  # the judge's clock on an empty call (CUDA, gated_clock.py)
         self._gate_lock = threading.Lock()
         self._gpu_health = GpuHealth()  # set when a call's GPU work never finished: judging here stops
-        self._eager: dict[tuple, TimingResult] = {}
         self._verdicts = VerdictCache(self.config.verdict_cache_size)
         self._references = ReferenceCache(self.config.input_cache_mb << 20) if self.config.input_cache_mb else None
         # Device memory shared with workers, kept and reused across verdicts (ipc_arena.py says why).
@@ -127,7 +128,7 @@ class Evaluator:
             "config_hash": config_hash(self.config, EVALUATOR_VERSION),
             "clock": "judge-side gated CUDA events" if self.backend == "cuda" else "none (interpreter: not timed)",
             "empty_call_ms": None if self._gate is None else self._gate.median_ms,
-            "calibration": self.config.calibration if self._calibration is None else self._calibration.source,
+            "calibration": self._baselines.calibration_source,
             "isolation": self.isolation.level,
             "isolation_mechanisms": list(self.isolation.mechanisms),
             "isolation_missing": dict(self.isolation.missing),
@@ -189,7 +190,7 @@ class Evaluator:
             # A process that exits while a thread is still importing torch modules aborts ("terminate
             # called without an active exception"): let the warm-up finish (seconds) before shutdown.
             self._judge_warming.join(timeout=30)
-        self._eager.clear()
+        self._baselines.clear()
         self._verdicts.clear()
         if self._references is not None:
             self._references.clear()
@@ -320,23 +321,11 @@ class Evaluator:
         if self.backend != "cuda" or not outcome.times_ms:
             wall["total_s"] = time.monotonic() - started
             return self._verdict(task, config, code, Status.OK.value, checks, "", wall=WallTime(**wall), **fields)
-        runtime = statistics.median(outcome.times_ms)
         t_baselines = time.monotonic()
-        cal = self._calibrate()
-        t_min = cal.t_min_ms(task, config.shape)
-        eager = self._eager_time(task, config)
-        timing = dict(timed=True, runtime_ms=runtime, runtime_min_ms=min(outcome.times_ms),
-                      runtime_max_ms=max(outcome.times_ms), t_min_ms=t_min,
-                      roofline_fraction=roofline_fraction(t_min, runtime), eager_ms=eager.median_ms,
-                      speedup_vs_eager=eager.median_ms / runtime,
-                      compile_ms=None if outcome.compile_s is None else outcome.compile_s * 1e3)
-        if config.compile_baseline:
-            compiled = self._compile_time(task, config)
-            if compiled is not None:
-                timing.update(torch_compile_ms=compiled.median_ms, speedup_vs_compile=compiled.median_ms / runtime)
+        timing, floor = self._baselines.timed_fields(task, config, outcome.times_ms, outcome.compile_s, self._gpu_lock)
         wall["baselines_s"] = time.monotonic() - t_baselines
-        floor = cal.impossible_below_ms(task, config.shape, config.impossible_factor)
         wall["total_s"] = time.monotonic() - started
+        runtime = timing["runtime_ms"]
         if runtime < floor:
             why = (f"median time {runtime:.4f} ms is below the physical floor {floor:.4f} ms "
                    f"({config.impossible_factor} x bytes / the device's datasheet bandwidth)")
@@ -345,51 +334,6 @@ class Evaluator:
                                  wall=WallTime(**wall), **timing, **fields)
         checks["physically_possible"] = Check(True)
         return self._verdict(task, config, code, Status.OK.value, checks, "", wall=WallTime(**wall), **timing, **fields)
-
-    def _calibrate(self) -> Calibration:
-        with self._state_lock:
-            if self._calibration is None:
-                self._calibration = calibrate(self.device, self.config.cache_dir, source=self.config.calibration)
-            return self._calibration
-
-    def _eager_time(self, task: Task, config: EvalConfig) -> TimingResult:
-        """Eager PyTorch on the same device, timed like the submission (cached per task/shape/inputs)."""
-        return self._baseline_time(task, config, compiled=False)
-
-    def _compile_time(self, task: Task, config: EvalConfig) -> TimingResult | None:
-        """The reference under `torch.compile` (what a user would pick instead of a hand-written kernel).
-
-        Compilation and autotuning happen in the untimed warm-up calls; cached like eager timing. A
-        reference that fails to compile is logged and gives no baseline (None), never a failed verdict.
-        """
-        try:
-            return self._baseline_time(task, config, compiled=True)
-        except Exception as exc:  # noqa: BLE001 - a baseline must not fail a submission's verdict
-            log.warning("torch.compile baseline of %s failed: %s", task.task_id, exc)
-            return None
-
-    def _baseline_time(self, task: Task, config: EvalConfig, compiled: bool) -> TimingResult:
-        distribution = config.distribution or task.distribution
-        key = (task.task_id, config.shape, distribution, compiled)
-        with self._state_lock:
-            if key in self._eager:
-                return self._eager[key]
-        model = task.load_module().Model(*task.init_inputs).to(self.device)
-        fn = torch.compile(model) if compiled else model
-        shapes = task.input_shapes(config.shape)
-        bufs = [torch.empty(s, dtype=getattr(torch, task.dtype), device=self.device) for s in shapes]
-
-        def make_input(i: int) -> list[torch.Tensor]:
-            return generate_inputs(shapes, 10_000 + i, distribution, self.device, out=bufs)
-
-        with self._gpu_lock():
-            result = time_cuda(fn, make_input, runs=config.timed_runs, device=self.device,
-                               l2_flush_mb=config.l2_flush_mb, warmup=3 if compiled else 2)
-        bufs = None  # free the 6 GB inputs before the next verdict
-        torch.cuda.empty_cache()
-        with self._state_lock:
-            self._eager[key] = result
-        return result
 
     def _verdict(self, task: Task, config: EvalConfig, code: str | None, status: str, checks: dict[str, Check],
                  detail: str, wall: WallTime | None = None, log_tail: str = "", **fields) -> Verdict:

@@ -1,13 +1,13 @@
 """The worker: runs one submission in a fresh process and reports what it saw, never what it concluded.
 
-Started by `prewarm.py` as `python -m kernelflow.eval.worker` in its own temporary directory, process
+Started by `worker_handle.py` as `python -m kernelflow.eval.worker` in its own temporary directory, process
 group and scrubbed environment, one submission per process. It connects to the judge, warms up
 (imports torch and triton, installs the launch counter, on CUDA initialises its context) and says
 `warm`; then it waits for its one submission (a `judge` message, sent at once to a fresh worker or
 later to a pre-warmed one: the same protocol). Before that it may be given the session's gate event
 and done flag (`gates`) and, on a worker that will never see a submission, asked for
 empty gated calls that calibrate the judge's clock (`probe`). It runs the submission from the text
-the judge checked (`load_submission`), builds `ModelNew`, and serves `call` requests: each runs
+the judge checked (`worker_submission.load_submission`), builds `ModelNew`, and serves `call` requests: each runs
 `forward` once on inputs the judge chose, under the runtime controls (runtime_controls.py), and
 reports what they saw (protocol.py). On CUDA the call waits for the judge's gate event before
 anything runs, writes the call's done value into the judge's flag after forward's launches, exports
@@ -26,19 +26,16 @@ The operating system confines the process (isolation.py).
 from __future__ import annotations
 
 import gc
-import importlib.machinery
 import json
-import linecache
 import os
 import sys
 import threading
 import time
-import traceback
-import types
 from multiprocessing.connection import Client
 
 from kernelflow.eval import protocol
 from kernelflow.eval.runtime_controls import LaunchCounter, Tripwires, identity_snapshot, make_guard, os_thread_count
+from kernelflow.eval.worker_submission import is_compile_error, load_submission, output_problem, trim_traceback
 
 
 class Report(Exception):
@@ -47,55 +44,6 @@ class Report(Exception):
     def __init__(self, payload):
         super().__init__(type(payload).__name__)
         self.payload = payload
-
-
-def _trim_traceback(exc: BaseException, submission_path: str, limit: int = 1500) -> str:
-    """The exception with only the submission's own frames, so line numbers are the model's."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == submission_path]
-    lines = [f"  line {f.lineno}, in {f.name}: {(f.line or '').strip()}" for f in frames[-6:]]
-    head = f"{type(exc).__name__}: {exc}"
-    text = ("\n".join(lines) + "\n" if lines else "") + head
-    return text[-limit:]
-
-
-def _is_compile_error(exc: BaseException) -> bool:
-    names = {c.__name__ for c in type(exc).__mro__}
-    return bool(names & {"CompilationError", "CompileTimeAssertionFailure", "InterpreterError", "SyntaxError",
-                         "ImportError", "NameError", "UnsupportedLanguageConstruct"})
-
-
-class _SourceLoader:
-    """The submission's loader: its source is the text the judge checked (for linecache and inspect)."""
-
-    def __init__(self, text: str):
-        self._text = text
-
-    def get_source(self, _name: str) -> str:
-        return self._text
-
-
-def load_submission(name: str, path: str):
-    """The submission as a fresh module `name`, executed from exactly the text the judge checked.
-
-    The judge wrote that text as UTF-8 with its newlines untranslated (prewarm.py); compiling the str
-    ignores any PEP 263 coding cookie, which the import system would honour (a `# coding: utf-7` or
-    `unicode_escape` file decodes to other code than the static checks parsed: the red team's a02,
-    a21). The module is registered as an import would register it (`sys.modules`, `__file__`,
-    `__spec__`), and linecache holds the same text, so tracebacks point into the file and Triton's
-    `inspect.getsource` of a @triton.jit function reads what was compiled, never the file decoded anew.
-    """
-    with open(path, encoding="utf-8", newline="") as f:
-        text = f.read()
-    linecache.cache[path] = (len(text), None, text.splitlines(True), path)  # mtime None: never reloaded from disk
-    loader = _SourceLoader(text)
-    spec = importlib.machinery.ModuleSpec(name, loader, origin=path)
-    spec.has_location = True
-    module = types.ModuleType(name)
-    module.__file__, module.__spec__, module.__loader__ = path, spec, loader
-    sys.modules[name] = module
-    code = compile(text, path, "exec", dont_inherit=True)  # not this module's `from __future__` flags
-    exec(code, module.__dict__)
-    return module
 
 
 def _hook_slots() -> tuple:
@@ -190,10 +138,10 @@ class Worker:
         try:
             module = load_submission(self.module_name, self.submission_path)
         except BaseException as exc:  # noqa: BLE001 - any failure of the submission's import is reported
-            kind = "compile_error" if _is_compile_error(exc) else "runtime_error"
+            kind = "compile_error" if is_compile_error(exc) else "runtime_error"
             if isinstance(exc, SystemExit):
                 kind = "runtime_error"
-            raise Report(protocol.ImportFailed(kind, _trim_traceback(exc, self.submission_path))) from None
+            raise Report(protocol.ImportFailed(kind, trim_traceback(exc, self.submission_path))) from None
         model_cls = getattr(module, "ModelNew", None)
         if model_cls is None:
             raise Report(protocol.ImportFailed("compile_error", "the module defines no ModelNew"))
@@ -202,7 +150,7 @@ class Worker:
                 self.model = model_cls(*self.init_inputs).to(self.device)
         except BaseException as exc:  # noqa: BLE001
             raise Report(protocol.ImportFailed(
-                "runtime_error", "ModelNew(...) failed: " + _trim_traceback(exc, self.submission_path))) from None
+                "runtime_error", "ModelNew(...) failed: " + trim_traceback(exc, self.submission_path))) from None
         # A hook set at import or in the constructor would run between calls, where the next call's inputs
         # are in reach and no guard runs: removed now, reported with the first call.
         self.pending_hooks = self._hooks_removed()
@@ -254,7 +202,7 @@ class Worker:
                 out = self.model(*inputs)
                 hooks = self._more_hooks(hooks)  # first, still inside the guard
                 canary = guard.check_canary()  # on the host: no GPU op inside the judge's window
-                problem = self._output_problem(out, inputs, expected_shape, msg["out_dtype"])
+                problem = output_problem(self.torch, out, inputs, expected_shape, msg["out_dtype"])
                 if problem is None and not self.cuda:
                     # What the judge reads, taken now: nothing the submission left behind (a finaliser, a
                     # hook we missed) can change it once the worker's own code runs. `clone` is allowed.
@@ -264,8 +212,8 @@ class Worker:
             self.tripwires.armed = False
             guard.violations.extend(self.tripwires.tripped)
             signalled = self._signal() if self.cuda else True  # the judge's clock must stop whatever happened
-            kind = "compile_error" if _is_compile_error(exc) and msg.get("first") else "runtime_error"
-            text = _trim_traceback(exc, self.submission_path)
+            kind = "compile_error" if is_compile_error(exc) and msg.get("first") else "runtime_error"
+            text = trim_traceback(exc, self.submission_path)
             if isinstance(exc, SystemExit):
                 text = f"the submission tried to exit the process (SystemExit {exc.code!r})"
             self.send(protocol.CallFailed(kind, text, guard.violations[:20], not signalled or
@@ -342,30 +290,6 @@ class Worker:
         return protocol.SharedOutput(self.device.index or 0, bytes(handle).hex(), int(size), int(offset),
                                      bytes(ref).decode(errors="replace"), int(ref_offset),
                                      bytes(event or b"").hex(), bool(sync), int(out.storage_offset())), None
-
-    def _output_problem(self, out, inputs, shape: tuple, dtype: str) -> str | None:
-        """Why the output cannot be accepted as a plain, owned result tensor (None if it can)."""
-        torch = self.torch
-        if type(out) is not torch.Tensor:
-            return f"forward returned {type(out).__name__}, expected a plain torch.Tensor"
-        if tuple(out.shape) != shape:
-            return f"output shape {tuple(out.shape)}, expected {shape}"
-        if out.dtype != getattr(torch, dtype):
-            return f"output dtype {out.dtype}, expected torch.{dtype}"
-        if out.device != (inputs[0].device):
-            return f"output on {out.device}, expected {inputs[0].device}"
-        if not out.is_contiguous():
-            return "output is not contiguous (strides " + str(out.stride()) + ")"
-        if out.untyped_storage().nbytes() < out.numel() * out.element_size():
-            return "output does not own storage for all its elements"
-        o0 = out.untyped_storage().data_ptr()
-        o1 = o0 + out.untyped_storage().nbytes()
-        for t in inputs:
-            i0 = t.untyped_storage().data_ptr()
-            i1 = i0 + t.untyped_storage().nbytes()
-            if o0 < i1 and i0 < o1:
-                return "output shares memory with an input; write the result to a new tensor"
-        return None
 
     def map_buffers(self, msg: dict) -> None:
         self.buffers[msg["slot"]] = list(msg["inputs"])

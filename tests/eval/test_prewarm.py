@@ -1,4 +1,5 @@
-"""Pre-warmed fresh workers (kernelflow/eval/prewarm.py): faster start, same isolation, never reused.
+"""Pre-warmed fresh workers (kernelflow/eval/prewarm.py, spawned by worker_handle.py): faster start, same
+isolation, never reused.
 
 With `prewarm_workers` on, the adversarial behaviour must not change (hang -> timeout, crash ->
 crashed, honest -> ok), every submission gets its own process (a pre-warmed worker judges one
@@ -19,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from kernelflow.eval import EvalConfig, Evaluator, Status, protocol
-from kernelflow.eval.prewarm import SpawnSpec, WarmPool, WorkerHandle
+from kernelflow.eval.prewarm import WarmPool
+from kernelflow.eval.worker_handle import SpawnSpec, WorkerHandle
 from tests.env.procs import descendants
 from tests.eval.test_adversarial import load_fixture
 from tests.helpers.solutions import solution_source

@@ -10,7 +10,7 @@ clock (gated_clock.py) and the output is read from the judge's side right behind
 The first failure ends the session; a protocol violation, a call past its own limit, a dead worker:
 every path ends in a `SessionOutcome`, and the worker is always killed.
 
-It does not decide the reward, calibrate the device or time eager PyTorch (evaluator.py).
+It does not decide the reward (evaluator.py), calibrate the device or time eager PyTorch (baselines.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from kernelflow.eval.cache import Reference, ReferenceCache
 from kernelflow.eval.config import EvalConfig
 from kernelflow.eval.correctness import CompareResult
 from kernelflow.eval.ipc_arena import ArenaPool
-from kernelflow.eval.prewarm import SpawnSpec, WarmPool, WorkerStartError
+from kernelflow.eval.prewarm import WarmPool
 from kernelflow.eval.session.buffers import SharedInputs, import_output, unlink_ref_counters
 from kernelflow.eval.session.checks import RUNTIME_CHECKS, CallFacts, first_failure
 from kernelflow.eval.session.gated_clock import (
@@ -45,6 +45,7 @@ from kernelflow.eval.session.link import CallLimit, SessionOutcome, WorkerGpuFau
 from kernelflow.eval.session.plan import CallSpec, LockHolds, build_plan, call_limit_s
 from kernelflow.eval.session.references import ReferenceSide
 from kernelflow.eval.verdict import Check, Status
+from kernelflow.eval.worker_handle import SpawnSpec, WorkerStartError
 from kernelflow.tasks import Task, generate_inputs
 
 

@@ -1,0 +1,100 @@
+"""The submission as the worker handles it: loaded from the judge's text, its errors, its output.
+
+Three pieces of `worker.py`'s process-side harness that look at the submission itself:
+- `load_submission`: the submission as a fresh module, executed from exactly the text the static
+  checks parsed (never the file decoded anew by the import system);
+- `trim_traceback` and `is_compile_error`: how a failure of the submission reads to the model (its
+  own frames only) and whether it counts as a compile error;
+- `output_problem`: why forward's result is not a plain, owned tensor of the expected shape, dtype
+  and device (None when it is).
+
+Threat model: like `worker.py`, this runs in the submission's process, where the submission's
+Python can reach and replace it. Nothing here decides a verdict alone: the judge reads the outputs
+itself and compares them (session/). `output_problem` takes the worker's `torch` (imported before
+the submission ran) instead of importing it, so a submission that swaps `sys.modules["torch"]`
+does not change what is checked. The module imports nothing heavy: the worker confines itself before torch is imported.
+It does not talk to the judge (worker.py, protocol.py).
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import linecache
+import sys
+import traceback
+import types
+
+
+def trim_traceback(exc: BaseException, submission_path: str, limit: int = 1500) -> str:
+    """The exception with only the submission's own frames, so line numbers are the model's."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == submission_path]
+    lines = [f"  line {f.lineno}, in {f.name}: {(f.line or '').strip()}" for f in frames[-6:]]
+    head = f"{type(exc).__name__}: {exc}"
+    text = ("\n".join(lines) + "\n" if lines else "") + head
+    return text[-limit:]
+
+
+def is_compile_error(exc: BaseException) -> bool:
+    names = {c.__name__ for c in type(exc).__mro__}
+    return bool(names & {"CompilationError", "CompileTimeAssertionFailure", "InterpreterError", "SyntaxError",
+                         "ImportError", "NameError", "UnsupportedLanguageConstruct"})
+
+
+class _SourceLoader:
+    """The submission's loader: its source is the text the judge checked (for linecache and inspect)."""
+
+    def __init__(self, text: str):
+        self._text = text
+
+    def get_source(self, _name: str) -> str:
+        return self._text
+
+
+def load_submission(name: str, path: str):
+    """The submission as a fresh module `name`, executed from exactly the text the judge checked.
+
+    The judge wrote that text as UTF-8 with its newlines untranslated (worker_handle.py); compiling
+    the str ignores any PEP 263 coding cookie, which the import system would honour (a `# coding: utf-7`
+    or `unicode_escape` file decodes to other code than the static checks parsed: the red team's a02,
+    a21). The module is registered as an import would register it (`sys.modules`, `__file__`,
+    `__spec__`), and linecache holds the same text, so tracebacks point into the file and Triton's
+    `inspect.getsource` of a @triton.jit function reads what was compiled, never the file decoded anew.
+    """
+    with open(path, encoding="utf-8", newline="") as f:
+        text = f.read()
+    linecache.cache[path] = (len(text), None, text.splitlines(True), path)  # mtime None: never reloaded from disk
+    loader = _SourceLoader(text)
+    spec = importlib.machinery.ModuleSpec(name, loader, origin=path)
+    spec.has_location = True
+    module = types.ModuleType(name)
+    module.__file__, module.__spec__, module.__loader__ = path, spec, loader
+    sys.modules[name] = module
+    code = compile(text, path, "exec", dont_inherit=True)  # not this module's `from __future__` flags
+    exec(code, module.__dict__)
+    return module
+
+
+def output_problem(torch, out, inputs, shape: tuple, dtype: str) -> str | None:
+    """Why the output cannot be accepted as a plain, owned result tensor (None if it can).
+
+    `torch` is the worker's own module object (see the module docstring)."""
+    if type(out) is not torch.Tensor:
+        return f"forward returned {type(out).__name__}, expected a plain torch.Tensor"
+    if tuple(out.shape) != shape:
+        return f"output shape {tuple(out.shape)}, expected {shape}"
+    if out.dtype != getattr(torch, dtype):
+        return f"output dtype {out.dtype}, expected torch.{dtype}"
+    if out.device != (inputs[0].device):
+        return f"output on {out.device}, expected {inputs[0].device}"
+    if not out.is_contiguous():
+        return "output is not contiguous (strides " + str(out.stride()) + ")"
+    if out.untyped_storage().nbytes() < out.numel() * out.element_size():
+        return "output does not own storage for all its elements"
+    o0 = out.untyped_storage().data_ptr()
+    o1 = o0 + out.untyped_storage().nbytes()
+    for t in inputs:
+        i0 = t.untyped_storage().data_ptr()
+        i1 = i0 + t.untyped_storage().nbytes()
+        if o0 < i1 and i0 < o1:
+            return "output shares memory with an input; write the result to a new tensor"
+    return None
