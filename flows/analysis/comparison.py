@@ -94,8 +94,8 @@ def render(numbers: Mapping[str, Any]) -> str:
     if len(seeds) < 2:
         lines += ["**One seed only**: the intervals below are degenerate; run several seeds to measure seed noise.", ""]
     for source in numbers.get("policy_sources", []):  # a policy built here says so, as the report does
-        if policy_note(source):
-            lines += [f"**Note on the policy** (`model.source={source}`): these runs' policy is {policy_note(source)}.", ""]
+        if note := policy_note(source):
+            lines += [f"**Note on the policy** (`model.source={source}`): these runs' policy is {note}.", ""]
     if numbers["config_differences"]:
         lines += [f"**Warning**: the runs differ in settings other than the seed: {', '.join(numbers['config_differences'])}. "
                   "The comparison mixes those configurations.", ""]

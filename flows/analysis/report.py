@@ -278,8 +278,8 @@ def write_report(run: RunDir, config: ExperimentConfig, mlflow_run: str = "") ->
     model = {"hub": f"{m.model} @ {m.revision}", "tiny": "tiny random model",
              "sft": "SFT policy (synthetic corpus)"}.get(m.source, m.model)
     lines = [f"# kernelflow report: {run.path.name}", ""]
-    if policy_note(m.source):
-        lines += [f"> **Note on the policy:** this run's policy is {policy_note(m.source)}.", ""]
+    if note := policy_note(m.source):
+        lines += [f"> **Note on the policy:** this run's policy is {note}.", ""]
     lines += [
         f"- policy: {model} + LoRA r{config.lora.r} alpha {config.lora.alpha}; {config.trainer.estimator}, "
         f"{config.trainer.epochs} epoch(s), group {config.trainer.group_size}, T {config.trainer.temperature}, "

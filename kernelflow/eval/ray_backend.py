@@ -100,7 +100,6 @@ class RayEvaluator:
     inject faults. It must be importable on every node.
     """
 
-
     def __init__(self, config: EvalConfig | None = None, ray_config: RayConfig | None = None, *,
                  actor_class: type = EvalActor):
         self.config = config or EvalConfig()
