@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # benchmarks run from a checkout
 
-from kernelflow.eval.worker_handle import worker_environment  # noqa: E402
+from kernelflow.eval.session.worker_handle import worker_environment  # noqa: E402
 
 CHILD = r'''
 import json, os, sys, time
@@ -49,7 +49,7 @@ model = mod.ModelNew(*task.init_inputs).cuda()
 x = torch.randn(*task.input_shapes("small")[0], device="cuda")
 controls = os.environ.get("PROBE_CONTROLS") == "1"
 if controls:
-    from kernelflow.eval.runtime_controls import LaunchCounter, make_guard
+    from kernelflow.eval.worker.controls import LaunchCounter, make_guard
     counter = LaunchCounter(mod.__name__); counter.install(cuda=True); guard_cls = make_guard(counter, interpreter=False)
 def call():
     t = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Does a reader arriving after a waiting writer get the per-GPU lock first? (kernelflow/eval/gpu_lock.py)
+"""Does a reader arriving after a waiting writer get the per-GPU lock first? (kernelflow/eval/clock/gpu_lock.py)
 
     python benchmarks/gpu_lock_order.py --trials 10 --wait-s 2      # any machine; ~30 s, no GPU
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from filelock import ReadWriteLock, Timeout
 
-from kernelflow.eval.gpu_lock import GpuLock, GpuLockTimeout
+from kernelflow.eval.clock.gpu_lock import GpuLock, GpuLockTimeout
 
 
 class BareLock:

@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 
 from kernelflow.eval import EVALUATOR_VERSION, EvalConfig, Evaluator
-from kernelflow.eval.isolation import host_mechanisms
-from kernelflow.eval.worker_handle import SpawnSpec, WorkerHandle
+from kernelflow.eval.sandbox.policy import host_mechanisms
+from kernelflow.eval.session.worker_handle import SpawnSpec, WorkerHandle
 
 HONEST_RELU = '''import torch
 import torch.nn as nn

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # benchmarks run from a checkout; tests/helpers holds the controls
 
 from kernelflow.eval import EVALUATOR_VERSION, EvalConfig, Evaluator  # noqa: E402
-from kernelflow.eval.ray_backend import RayConfig, RayEvaluator  # noqa: E402
+from kernelflow.eval.cluster.ray_backend import RayConfig, RayEvaluator  # noqa: E402
 from tests.helpers.solutions import solution_source  # noqa: E402
 
 

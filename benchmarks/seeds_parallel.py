@@ -4,7 +4,7 @@
 
 Why: `python -m flows.experiment -m seed=1,2,3` runs the seeds one after another, each with its own
 embedded environment server. On one GPU the seeds can instead run side by side: the evaluator's pool
-and its device-memory budget (kernelflow/eval/device_memory.py) are sized once, for the whole GPU, so
+and its device-memory budget (kernelflow/eval/session/device_memory.py) are sized once, for the whole GPU, so
 one server must judge for all of them. Several embedded servers would each size their budget from the
 same free memory and together over-commit the card, and each would pre-warm its own workers.
 

@@ -245,7 +245,7 @@ def machine() -> dict:
     import triton
 
     from kernelflow.eval import EVALUATOR_VERSION
-    from kernelflow.eval.prewarm import host_available_mb, host_cores
+    from kernelflow.eval.session.prewarm import host_available_mb, host_cores
 
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())

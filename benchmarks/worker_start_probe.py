@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernelflow.eval import EvalConfig, isolation  # noqa: E402
-from kernelflow.eval.worker_handle import SpawnSpec, WorkerHandle  # noqa: E402
+from kernelflow.eval.session.worker_handle import SpawnSpec, WorkerHandle  # noqa: E402
 
 
 def main() -> int:

@@ -1,7 +1,7 @@
 """Where kernelflow keeps what it builds once and reuses: one directory, one environment variable.
 
 `KERNELFLOW_CACHE_DIR` (default `~/.cache/kernelflow`) holds the evaluator's timing calibrations and
-GPU lock files (kernelflow/eval/timing.py) and the locally built policies under `tiny/`
+GPU lock files (kernelflow/eval/clock/timing.py) and the locally built policies under `tiny/`
 (kernelflow/train/tiny.py, sft.py). The train layer used to read `KERNELFLOW_CACHE`; that name is
 still honoured when `KERNELFLOW_CACHE_DIR` is unset, with a FutureWarning saying to rename it, and
 ignored (also with a warning) when both are set.

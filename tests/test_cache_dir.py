@@ -10,7 +10,7 @@ from kernelflow.cache_dir import CACHE_ENV_VAR, DEPRECATED_CACHE_ENV_VAR, cache_
 
 
 def test_the_variable_names_the_cache_of_both_layers(monkeypatch, tmp_path):
-    from kernelflow.eval.timing import cache_dir
+    from kernelflow.eval.clock.timing import cache_dir
     from kernelflow.train.tiny import default_cache_dir
 
     monkeypatch.delenv(DEPRECATED_CACHE_ENV_VAR, raising=False)

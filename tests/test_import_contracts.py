@@ -89,7 +89,7 @@ UPWARD = [
     ("kernelflow/cli.py", "import flows.rejudge", "flows is the top layer"),
     ("kernelflow/tasks/spec.py", "import kernelflow.eval", "kernelflow's layers import only downward"),
     ("kernelflow/eval/reward.py", "import kernelflow.env.models", "kernelflow's layers import only downward"),
-    ("kernelflow/env/returns.py", "from kernelflow.eval.ray_config import RayConfig",
+    ("kernelflow/env/returns.py", "from kernelflow.eval.cluster.ray_config import RayConfig",
      "env uses only the evaluator's public API"),
     ("kernelflow/tasks/families.py", "from kernelflow.tasks.suite import TASKS", "the task suite imports the families"),
     ("kernelflow/cache_dir.py", "import kernelflow.tasks", "kernelflow's layers import only downward"),

@@ -17,11 +17,11 @@ on first use, so the settings and verdict types stay importable without torch: c
 experiment config (flows/config.py) then takes a fraction of a second, not the ~3 s of torch.
 """
 
+from kernelflow.eval.cluster.ray_config import RayConfig
 from kernelflow.eval.config import EvalConfig, RewardConfig, config_hash
 from kernelflow.eval.evaluators import EVAL_BACKENDS, make_evaluator
-from kernelflow.eval.isolation import IsolationError, check_minimum
-from kernelflow.eval.ray_config import RayConfig
 from kernelflow.eval.reward import compute_reward, roofline_fraction
+from kernelflow.eval.sandbox.policy import IsolationError, check_minimum
 from kernelflow.eval.verdict import Check, Status, Verdict, WallTime, code_sha256
 
 __all__ = [

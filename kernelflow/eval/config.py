@@ -14,7 +14,7 @@ import secrets
 from dataclasses import asdict, dataclass, field
 
 from kernelflow.config_dicts import check_nested
-from kernelflow.eval.isolation import LEVELS as ISOLATION_LEVELS
+from kernelflow.eval.sandbox.policy import LEVELS as ISOLATION_LEVELS
 
 BACKENDS = ("auto", "cuda", "interpret")
 TOLERANCE_MODES = ("task", "kernelbench")

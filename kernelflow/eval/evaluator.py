@@ -30,22 +30,22 @@ from dataclasses import asdict
 import torch
 
 import kernelflow
-from kernelflow.eval.baselines import Baselines
 from kernelflow.eval.cache import ReferenceCache, VerdictCache, verdict_key
+from kernelflow.eval.clock.baselines import Baselines
+from kernelflow.eval.clock.gated_clock import GpuHealth
+from kernelflow.eval.clock.timing import gpu_lock
 from kernelflow.eval.config import EvalConfig, config_hash, input_salt
-from kernelflow.eval.device_memory import MemoryBudget, budget_bytes, estimate_verdict_bytes
 from kernelflow.eval.feedback import build_feedback
-from kernelflow.eval.ipc_arena import ALIGN, ArenaPool
-from kernelflow.eval.isolation import protect_judge, resolve
-from kernelflow.eval.prewarm import WarmPool, pool_size
 from kernelflow.eval.reward import compute_reward
+from kernelflow.eval.sandbox.policy import protect_judge, resolve
 from kernelflow.eval.session import GateCalibration, JudgeSession, SessionOutcome, WorkerLink
 from kernelflow.eval.session import calibrate as calibrate_gate
-from kernelflow.eval.session.gated_clock import GpuHealth
-from kernelflow.eval.static_checks import first_failure, run_static_checks
-from kernelflow.eval.timing import gpu_lock
+from kernelflow.eval.session.device_memory import MemoryBudget, budget_bytes, estimate_verdict_bytes
+from kernelflow.eval.session.ipc_arena import ALIGN, ArenaPool
+from kernelflow.eval.session.prewarm import WarmPool, pool_size
+from kernelflow.eval.session.worker_handle import SpawnSpec
+from kernelflow.eval.static.checks import first_failure, run_static_checks
 from kernelflow.eval.verdict import Check, Status, Verdict, WallTime, code_sha256
-from kernelflow.eval.worker_handle import SpawnSpec
 from kernelflow.tasks import Task, extract_code, get_task
 
 log = logging.getLogger(__name__)

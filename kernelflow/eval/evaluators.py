@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernelflow.eval.cluster.ray_config import RayConfig
 from kernelflow.eval.config import EvalConfig
-from kernelflow.eval.ray_config import RayConfig
 
 EVAL_BACKENDS = ("local", "ray")  # "local": Evaluator (this host's pool); "ray": RayEvaluator (actors on a cluster)
 
@@ -23,7 +23,7 @@ def make_evaluator(kind: str, config: EvalConfig, ray: RayConfig | None = None) 
     verdicts and configuration hash.
     """
     if kind == "ray":
-        from kernelflow.eval.ray_backend import RayEvaluator  # imports Ray lazily itself; only on this path
+        from kernelflow.eval.cluster.ray_backend import RayEvaluator  # imports Ray lazily itself; only on this path
 
         return RayEvaluator(config, ray if ray is not None else RayConfig())
     if kind == "local":

@@ -98,7 +98,7 @@ class Verdict:
     compile_ms: float | None = None
     torch_compile_ms: float | None = None
     speedup_vs_compile: float | None = None
-    # The OS isolation level every worker of this evaluator ran under (kernelflow/eval/isolation.py);
+    # The OS isolation level every worker of this evaluator ran under (kernelflow/eval/sandbox/policy.py);
     # its mechanisms are in checks["isolation"].
     isolation: str | None = None
 

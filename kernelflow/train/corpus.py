@@ -8,7 +8,7 @@ writes its supervised data from a seed, in code, never from a download:
   policy is trained on exactly what the environment shows it;
 - the answer is one ```python block holding a complete module in the style of the honest solutions
   in tests/fixtures/solutions (one masked, int64-indexed elementwise pass; `forward` only allocates
-  and launches the @triton.jit kernel, as kernelflow/eval/static_checks.py demands), drawn from
+  and launches the @triton.jit kernel, as kernelflow/eval/static/checks.py demands), drawn from
   templates with varied block sizes, warp counts, names and algebraically equivalent formulas;
 - a controlled share of answers (`mistake_rates`, per task) carries one realistic mistake, drawn
   with `mistake_weights` from `MISTAKES`: a missing mask (out-of-bounds tail), a wrong formula (a

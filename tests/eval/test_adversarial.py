@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from kernelflow.eval import EvalConfig, Evaluator, Status
-from kernelflow.eval.static_checks import first_failure, run_static_checks
+from kernelflow.eval.static.checks import first_failure, run_static_checks
 from kernelflow.tasks import task_ids
 from tests.eval.test_static_checks import HONEST_RELU
 

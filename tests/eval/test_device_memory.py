@@ -1,4 +1,4 @@
-"""The device-memory budget for concurrent CUDA verdicts (kernelflow/eval/device_memory.py).
+"""The device-memory budget for concurrent CUDA verdicts (kernelflow/eval/session/device_memory.py).
 
 On the H200, four to ten full-shape verdicts at once ran out of device memory and honest kernels got
 `evaluator_error` / `runtime_error`; verdicts beyond what fits must wait instead. Here: the estimate
@@ -13,7 +13,7 @@ import time
 import pytest
 
 from kernelflow.eval import EvalConfig
-from kernelflow.eval.device_memory import MemoryBudget, budget_bytes, estimate_verdict_bytes, verdict_bytes
+from kernelflow.eval.session.device_memory import MemoryBudget, budget_bytes, estimate_verdict_bytes, verdict_bytes
 from kernelflow.tasks import get_task
 
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-import kernelflow.eval.ray_backend as ray_backend
+import kernelflow.eval.cluster.ray_backend as ray_backend
 from kernelflow.env.config import EnvServerConfig
 from kernelflow.env.server.environment import build_evaluator
 from kernelflow.eval import EVAL_BACKENDS, EvalConfig, Evaluator, RayConfig, make_evaluator

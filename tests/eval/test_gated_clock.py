@@ -5,8 +5,8 @@ than any empty call is refused, and late timed calls (the GPU may have waited fo
 inside the window) leave the median when most calls were on time.
 """
 
-from kernelflow.eval.session.gated_clock import GateCalibration, gate_respected, net_ms, timed_median_input
-from kernelflow.eval.timing import MIN_RESOLVABLE_MS
+from kernelflow.eval.clock.gated_clock import GateCalibration, gate_respected, net_ms, timed_median_input
+from kernelflow.eval.clock.timing import MIN_RESOLVABLE_MS
 
 GATE = GateCalibration(median_ms=0.29, min_ms=0.28, max_ms=0.30, runs=20)
 

@@ -1,4 +1,4 @@
-"""The per-GPU readers-writer lock (kernelflow/eval/gpu_lock.py): real files, threads and processes, no GPU.
+"""The per-GPU readers-writer lock (kernelflow/eval/clock/gpu_lock.py): real files, threads and processes, no GPU.
 
 Shared holders coexist; an exclusive holder excludes everyone, across threads and processes; a waiting
 exclusive holder is served before shared holders that arrive after it; a holder killed by a signal
@@ -16,9 +16,9 @@ import time
 
 import pytest
 
-from kernelflow.eval.gpu_lock import GpuLock
-from kernelflow.eval.gpu_lock import GpuLockTimeout as Timeout
-from kernelflow.eval.timing import device_lock
+from kernelflow.eval.clock.gpu_lock import GpuLock
+from kernelflow.eval.clock.gpu_lock import GpuLockTimeout as Timeout
+from kernelflow.eval.clock.timing import device_lock
 
 
 @pytest.fixture
@@ -102,7 +102,7 @@ def test_a_waiting_exclusive_holder_goes_before_later_shared_ones(lock):
 HOLDER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from kernelflow.eval.gpu_lock import GpuLock
+    from kernelflow.eval.clock.gpu_lock import GpuLock
     with GpuLock(Path(sys.argv[1]), 0).exclusive():
         print("held", flush=True)
         time.sleep(600)

@@ -15,8 +15,9 @@ from multiprocessing import Pipe
 import pytest
 
 from kernelflow.eval import EvalConfig, protocol
-from kernelflow.eval.session import JudgeSession, gated_clock, gpu_signal
-from kernelflow.eval.session.gated_clock import GatedClock, GpuStalled, GpuWorkAbandoned
+from kernelflow.eval.clock import gated_clock, gpu_signal
+from kernelflow.eval.clock.gated_clock import GatedClock, GpuStalled, GpuWorkAbandoned
+from kernelflow.eval.session import JudgeSession
 from kernelflow.eval.session.link import WorkerGpuFault, WorkerLink
 from kernelflow.tasks import get_task
 from tests.helpers.solutions import solution_source

@@ -1,4 +1,4 @@
-"""A call whose GPU work never finishes (kernelflow/eval/session/gated_clock.py `GpuStalled`).
+"""A call whose GPU work never finishes (kernelflow/eval/clock/gated_clock.py `GpuStalled`).
 
 The judge waits for the worker's done signal; if its stream does not resume even after the judge
 wrote that signal itself (test_gpu_release.py), the host must not block for good: `wait_for` polls with
@@ -14,8 +14,8 @@ import time
 import pytest
 
 from kernelflow.eval import EvalConfig, Evaluator
+from kernelflow.eval.clock.gated_clock import GpuHealth, GpuStalled, wait_for
 from kernelflow.eval.session import JudgeSession
-from kernelflow.eval.session.gated_clock import GpuHealth, GpuStalled, wait_for
 from kernelflow.tasks import get_task
 from tests.helpers.solutions import solution_source
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelflow.eval.ipc_arena import ALIGN, ArenaPool, bytes_needed
+from kernelflow.eval.session.ipc_arena import ALIGN, ArenaPool, bytes_needed
 
 
 def test_carved_tensors_are_aligned_disjoint_and_writable():

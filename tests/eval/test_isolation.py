@@ -1,4 +1,4 @@
-"""OS isolation of the worker (kernelflow/eval/isolation.py): levels, mechanisms, and the attacks they stop.
+"""OS isolation of the worker (kernelflow/eval/sandbox/policy.py): levels, mechanisms, and the attacks they stop.
 
 Fast tests check the level table, the config and the server's refusal, and apply Landlock and the
 seccomp filter in throwaway subprocesses. The `slow` ones start a judge in a subprocess (so its
@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from kernelflow.eval import isolation
 from kernelflow.eval.config import EvalConfig
-from kernelflow.eval.isolation import (
+from kernelflow.eval.sandbox import policy as isolation
+from kernelflow.eval.sandbox.policy import (
     BACKEND_MECHANISMS,
     LEVEL_MECHANISMS,
     LEVELS,
@@ -142,7 +142,7 @@ def test_landlock_marked_late_is_applied_by_confine_late_not_early(tmp_path):
     """In a subprocess: a late rule set leaves the early step unconfined and confines at the late one."""
     code = (
         "import os, sys\n"
-        "from kernelflow.eval.isolation import confine_early, confine_late\n"
+        "from kernelflow.eval.sandbox.confine import confine_early, confine_late\n"
         f"setup = {{'no_new_privs': True, 'landlock': {{'dirs': [{str(tmp_path)!r}], 'files': [], 'late': True}}, "
         "'seccomp': None}\n"
         "early = confine_early(setup)\n"
@@ -209,7 +209,7 @@ def test_landlock_allows_writes_only_in_the_worker_dir(tmp_path):
     outside.mkdir()
     r = _run_py(f'''
         import os
-        from kernelflow.eval.isolation import confine_early
+        from kernelflow.eval.sandbox.confine import confine_early
         confine_early({{"no_new_privs": True, "landlock": {{"dirs": ["{inside}"], "files": ["/dev/null"]}}}})
         open("{inside}/a", "w").write("ok"); os.rename("{inside}/a", "{inside}/b"); os.mkdir("{inside}/d")
         open("/dev/null", "w").write("ok")
@@ -230,7 +230,7 @@ def test_landlock_allows_writes_only_in_the_worker_dir(tmp_path):
 def test_seccomp_denies_the_listed_calls_and_keeps_fork_exec():
     r = _run_py('''
         import ctypes, os, socket, subprocess
-        from kernelflow.eval.isolation import confine_early, confine_late
+        from kernelflow.eval.sandbox.confine import confine_early, confine_late
         setup = {"no_new_privs": True, "seccomp": {"allow_sockets": False}}
         confine_early(setup); confine_late(setup)
         def denied(fn):

@@ -1,4 +1,4 @@
-"""Pre-warmed fresh workers (kernelflow/eval/prewarm.py, spawned by worker_handle.py): faster start, same
+"""Pre-warmed fresh workers (kernelflow/eval/session/prewarm.py, spawned by worker_handle.py): faster start, same
 isolation, never reused.
 
 With `prewarm_workers` on, the adversarial behaviour must not change (hang -> timeout, crash ->
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from kernelflow.eval import EvalConfig, Evaluator, Status, protocol
-from kernelflow.eval.prewarm import WarmPool
-from kernelflow.eval.worker_handle import SpawnSpec, WorkerHandle
+from kernelflow.eval.session.prewarm import WarmPool
+from kernelflow.eval.session.worker_handle import SpawnSpec, WorkerHandle
 from tests.env.procs import descendants
 from tests.eval.test_adversarial import load_fixture
 from tests.helpers.solutions import solution_source
@@ -190,8 +190,8 @@ def test_the_warm_up_pays_the_first_dispatch_mode_import():
 
     code = (
         "import sys, torch\n"
-        "from kernelflow.eval.runtime_controls import LaunchCounter, make_guard\n"
-        "from kernelflow.eval.warm_kernel import launch_under\n"
+        "from kernelflow.eval.worker.controls import LaunchCounter, make_guard\n"
+        "from kernelflow.eval.worker.warm_kernel import launch_under\n"
         "wrap = 'torch._higher_order_ops.triton_kernel_wrap'\n"
         "assert wrap not in sys.modules\n"
         "counter = LaunchCounter('submission'); counter.install(cuda=False)\n"

@@ -26,7 +26,7 @@ import pytest
 
 from kernelflow.env.config import EnvServerConfig
 from kernelflow.eval import EvalConfig, Status, code_sha256
-from kernelflow.eval.ray_backend import EvalActor, RayConfig
+from kernelflow.eval.cluster.ray_backend import EvalActor, RayConfig
 from kernelflow.tasks import extract_code
 from tests.env.kernels import HONEST_RELU, WRONG_RELU
 from tests.helpers.solutions import solution_source
@@ -61,7 +61,7 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def ev(cluster):
-    from kernelflow.eval.ray_backend import RayEvaluator
+    from kernelflow.eval.cluster.ray_backend import RayEvaluator
 
     # 0.5 CPU each: the env-server test's own actor fits beside these two on the 2-CPU cluster.
     evaluator = RayEvaluator(CONFIG, RayConfig(num_actors=2, cpus_per_actor=0.5, max_actor_deaths_per_submission=2,
@@ -216,7 +216,7 @@ def test_server_config_selects_the_backend_from_json(tmp_path):
     assert ray_cfg.worst_case_step_s() < local.worst_case_step_s()  # four pools instead of one
 
 
-RAY_MODULES = {"kernelflow/eval/ray_backend.py", "kernelflow/eval/actor_pool.py"}  # the optional Ray backend
+RAY_MODULES = {"kernelflow/eval/cluster/ray_backend.py", "kernelflow/eval/cluster/actor_pool.py"}  # the optional Ray backend
 
 
 def test_only_the_ray_backend_imports_ray_and_only_lazily():

@@ -15,9 +15,9 @@ import pytest
 import torch
 import triton  # noqa: F401
 
-from kernelflow.eval import runtime_controls as rc
-from kernelflow.eval.worker import Worker
-from kernelflow.eval.worker_submission import load_submission
+from kernelflow.eval.worker import controls as rc
+from kernelflow.eval.worker.main import Worker
+from kernelflow.eval.worker.submission import load_submission
 
 COOKIE_SUBMISSION = '''# coding: unicode_escape
 import torch
@@ -106,7 +106,7 @@ def test_reading_values_into_python_is_a_violation_and_a_few_whole_fills_are_not
 
 def test_a_profile_or_trace_hook_left_by_forward_is_removed_and_named():
     worker = Worker.__new__(Worker)
-    from kernelflow.eval.worker import _hook_slots
+    from kernelflow.eval.worker.main import _hook_slots
 
     worker.hooks = [(label, get, put, get()) for label, get, put in _hook_slots()]
     assert worker._hooks_removed() == []

@@ -18,7 +18,6 @@ import pytest
 from kernelflow.env.config import EnvServerConfig
 from kernelflow.env.server.app import load_server_config
 from kernelflow.eval import EVALUATOR_VERSION, EvalConfig
-from kernelflow.eval import prewarm as prewarm_module
 from kernelflow.eval.config import (
     AUTO,
     ONE_SHOT_DEFAULTS,
@@ -29,6 +28,7 @@ from kernelflow.eval.config import (
     auto_prewarm_workers,
     config_hash,
 )
+from kernelflow.eval.session import prewarm as prewarm_module
 
 PLENTY = 1 << 20  # MB
 

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from kernelflow.eval.static_checks import STATIC_CHECKS, first_failure, run_static_checks
+from kernelflow.eval.static.checks import STATIC_CHECKS, first_failure, run_static_checks
 
 HONEST_RELU = '''import torch
 import torch.nn as nn

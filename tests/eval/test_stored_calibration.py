@@ -10,7 +10,7 @@ import json
 import pytest
 
 from kernelflow.eval import EvalConfig
-from kernelflow.eval.roofline import STORED_CALIBRATIONS, Calibration, stored_calibration, with_stored
+from kernelflow.eval.clock.roofline import STORED_CALIBRATIONS, Calibration, stored_calibration, with_stored
 from kernelflow.tasks import TASKS
 
 MEASURED = Calibration(device_name="NVIDIA H200", copy_bandwidth=3.75e12, flop_rate_fp32=5.1e13,
@@ -18,7 +18,7 @@ MEASURED = Calibration(device_name="NVIDIA H200", copy_bandwidth=3.75e12, flop_r
 
 
 def test_every_stored_entry_has_a_bandwidth_below_its_datasheet_and_a_provenance():
-    from kernelflow.eval.roofline import datasheet_bandwidth
+    from kernelflow.eval.clock.roofline import datasheet_bandwidth
 
     entries = {k: v for k, v in json.loads(STORED_CALIBRATIONS.read_text()).items() if not k.startswith("_")}
     assert entries, "no stored calibration"

@@ -1,4 +1,4 @@
-"""The timing protocol's corrections (kernelflow/eval/timing.py): overhead subtraction and its bounds.
+"""The timing protocol's corrections (kernelflow/eval/clock/timing.py): overhead subtraction and its bounds.
 
 The arithmetic runs anywhere; the measurement of an empty region needs a GPU (marked `gpu`).
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelflow.eval.timing import MAX_TIMER_OVERHEAD_MS, MIN_RESOLVABLE_MS, measure_timer_overhead, net_time_ms, time_cuda
+from kernelflow.eval.clock.timing import MAX_TIMER_OVERHEAD_MS, MIN_RESOLVABLE_MS, measure_timer_overhead, net_time_ms, time_cuda
 
 
 def test_net_time_subtracts_the_overhead():

@@ -187,7 +187,7 @@ def _forward(tree: ast.Module) -> ast.FunctionDef:
 
 @pytest.mark.parametrize("task_id", FAMILY_IDS)
 def test_solution_is_honest_and_well_formed(task_id):
-    from kernelflow.eval.static_checks import first_failure, run_static_checks
+    from kernelflow.eval.static.checks import first_failure, run_static_checks
 
     source = solution_source(task_id)
     tree = ast.parse(source)

@@ -36,7 +36,7 @@ def test_parses_from_many_threads_run_one_at_a_time(monkeypatch):
 
 
 def test_the_static_checks_and_the_code_extractor_parse_through_it(monkeypatch):
-    from kernelflow.eval.static_checks import run_static_checks
+    from kernelflow.eval.static.checks import run_static_checks
     from kernelflow.tasks.prompts import extract_code
 
     seen = []

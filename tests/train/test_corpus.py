@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from kernelflow.eval import EvalConfig, Evaluator
-from kernelflow.eval.static_checks import run_static_checks
+from kernelflow.eval.static.checks import run_static_checks
 from kernelflow.tasks import TASKS, build_messages, extract_code, feedback_message
 from kernelflow.train import corpus as corpus_module
 from kernelflow.train.config import PolicyConfig, SFTSettings

@@ -5,7 +5,7 @@
 `session_timeout_s`), `/health`, `/schema`, `/metadata`, and `/kernelflow/info` (evaluator version,
 backend, device, the eval/reward configuration hash, the workers' OS isolation level and mechanisms,
 the episode settings). It refuses to start when its workers' isolation is below `eval.min_isolation`
-(default: the backend's ceiling, kernelflow/eval/isolation.py), naming what the host lacks. It runs
+(default: the backend's ceiling, kernelflow/eval/sandbox/policy.py), naming what the host lacks. It runs
 in OpenEnv's "production" mode, which drops the stateless HTTP `/reset` and `/step` routes: an
 episode lives in one WebSocket session. One `Evaluator` serves every session (its bounded worker pool and per-GPU
 timing lock are the server's), or with `eval_backend: "ray"` one `RayEvaluator` spreading the

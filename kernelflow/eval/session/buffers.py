@@ -23,7 +23,7 @@ import os
 import torch
 
 from kernelflow.eval import protocol
-from kernelflow.eval.ipc_arena import Arena, ArenaPool, bytes_needed
+from kernelflow.eval.session.ipc_arena import Arena, ArenaPool, bytes_needed
 
 
 class SharedInputs:

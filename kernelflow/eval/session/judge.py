@@ -25,13 +25,7 @@ import torch.multiprocessing  # noqa: F401  (registers the CUDA IPC reductions u
 
 from kernelflow.eval import protocol
 from kernelflow.eval.cache import Reference, ReferenceCache
-from kernelflow.eval.config import EvalConfig
-from kernelflow.eval.correctness import CompareResult
-from kernelflow.eval.ipc_arena import ArenaPool
-from kernelflow.eval.prewarm import WarmPool
-from kernelflow.eval.session.buffers import SharedInputs, import_output, unlink_ref_counters
-from kernelflow.eval.session.checks import RUNTIME_CHECKS, CallFacts, first_failure
-from kernelflow.eval.session.gated_clock import (
+from kernelflow.eval.clock.gated_clock import (
     GateCalibration,
     GatedClock,
     GpuHealth,
@@ -41,11 +35,17 @@ from kernelflow.eval.session.gated_clock import (
     net_ms,
     timed_median_input,
 )
+from kernelflow.eval.config import EvalConfig
+from kernelflow.eval.correctness import CompareResult
+from kernelflow.eval.session.buffers import SharedInputs, import_output, unlink_ref_counters
+from kernelflow.eval.session.checks import RUNTIME_CHECKS, CallFacts, first_failure
+from kernelflow.eval.session.ipc_arena import ArenaPool
 from kernelflow.eval.session.link import CallLimit, SessionOutcome, WorkerGpuFault, WorkerLink
 from kernelflow.eval.session.plan import CallSpec, LockHolds, build_plan, call_limit_s
+from kernelflow.eval.session.prewarm import WarmPool
 from kernelflow.eval.session.references import ReferenceSide
+from kernelflow.eval.session.worker_handle import SpawnSpec, WorkerStartError
 from kernelflow.eval.verdict import Check, Status
-from kernelflow.eval.worker_handle import SpawnSpec, WorkerStartError
 from kernelflow.tasks import Task, generate_inputs
 
 

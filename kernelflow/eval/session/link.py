@@ -20,9 +20,9 @@ import time
 from dataclasses import dataclass, field
 
 from kernelflow.eval import protocol
-from kernelflow.eval.prewarm import WarmPool
+from kernelflow.eval.session.prewarm import WarmPool
+from kernelflow.eval.session.worker_handle import SpawnSpec, WorkerHandle, WorkerStartError
 from kernelflow.eval.verdict import Check, Status
-from kernelflow.eval.worker_handle import SpawnSpec, WorkerHandle, WorkerStartError
 
 log = logging.getLogger(__name__)
 

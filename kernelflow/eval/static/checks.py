@@ -54,13 +54,13 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 
-from kernelflow.eval.static_escapes import (  # frames, generators, class patterns, coding cookies (F1, F2)
+from kernelflow.eval.static.escapes import (  # frames, generators, class patterns, coding cookies (F1, F2)
     check_no_frame_introspection,
     check_no_generators,
     check_no_pattern_attribute_reads,
     check_source_encoding,
 )
-from kernelflow.eval.static_harness_checks import (  # imports, builtins, dunders, streams, timers, internals, ...
+from kernelflow.eval.static.harness_checks import (  # imports, builtins, dunders, streams, timers, internals, ...
     check_no_cuda_streams,
     check_no_dangerous_builtins,
     check_no_escape_dunders,
@@ -73,7 +73,7 @@ from kernelflow.eval.static_harness_checks import (  # imports, builtins, dunder
     check_no_timers,
     check_no_torch_internals,
 )
-from kernelflow.eval.static_kernel_checks import (  # ModelNew, its kernel and launch, no PyTorch compute
+from kernelflow.eval.static.kernel_checks import (  # ModelNew, its kernel and launch, no PyTorch compute
     check_defines_model_new,
     check_has_triton_kernel,
     check_launches_kernel,

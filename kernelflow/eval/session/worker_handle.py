@@ -38,7 +38,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Listener
 from pathlib import Path
 
-from kernelflow.eval import isolation, protocol
+from kernelflow.eval import protocol
+from kernelflow.eval.sandbox import policy as isolation
 
 # Environment variables a worker may inherit; everything else (tokens, credentials) is dropped.
 _KEEP_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_HOME", "LD_LIBRARY_PATH", "NVIDIA_VISIBLE_DEVICES",
@@ -143,7 +144,7 @@ class WorkerHandle:
         out = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child, closed below
         try:
             self.proc = _WorkerPopen(
-                [*self.isolation.prefix, sys.executable, "-m", "kernelflow.eval.worker"], stdin=subprocess.PIPE,
+                [*self.isolation.prefix, sys.executable, "-m", "kernelflow.eval.worker.main"], stdin=subprocess.PIPE,
                 stdout=out,
                 stderr=subprocess.STDOUT, cwd=self.workdir, env=env, start_new_session=True,
                 preexec_fn=_limits(self.spec),

@@ -1,6 +1,6 @@
 """The worker: runs one submission in a fresh process and reports what it saw, never what it concluded.
 
-Started by `worker_handle.py` as `python -m kernelflow.eval.worker` in its own temporary directory, process
+Started by `worker_handle.py` as `python -m kernelflow.eval.worker.main` in its own temporary directory, process
 group and scrubbed environment, one submission per process. It connects to the judge, warms up
 (imports torch and triton, installs the launch counter, on CUDA initialises its context) and says
 `warm`; then it waits for its one submission (a `judge` message, sent at once to a fresh worker or
@@ -34,8 +34,8 @@ import time
 from multiprocessing.connection import Client
 
 from kernelflow.eval import protocol
-from kernelflow.eval.runtime_controls import LaunchCounter, Tripwires, identity_snapshot, make_guard, os_thread_count
-from kernelflow.eval.worker_submission import is_compile_error, load_submission, output_problem, trim_traceback
+from kernelflow.eval.worker.controls import LaunchCounter, Tripwires, identity_snapshot, make_guard, os_thread_count
+from kernelflow.eval.worker.submission import is_compile_error, load_submission, output_problem, trim_traceback
 
 
 class Report(Exception):
@@ -101,7 +101,7 @@ class Worker:
         # One launch of our own under the guard, so the one-off costs of a process's first Triton launch
         # under a dispatch mode are not charged to the submission's first call (warm_kernel.py). Its
         # count is reset before any submission exists; a failure here is the evaluator's, not a verdict.
-        from kernelflow.eval.warm_kernel import launch_under
+        from kernelflow.eval.worker.warm_kernel import launch_under
 
         t_warm = time.perf_counter()
         if not launch_under(self.guard_cls(), self.device):
@@ -329,7 +329,7 @@ def main() -> None:
     t0 = time.perf_counter()
     setup = json.loads(sys.stdin.readline())
     sys.stdin.close()
-    from kernelflow.eval.isolation import confine_early, confine_late
+    from kernelflow.eval.sandbox.confine import confine_early, confine_late
 
     confinement = setup.pop("isolation", None)  # isolation.py: no_new_privs + Landlock now, single-threaded
     try:

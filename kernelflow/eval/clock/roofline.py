@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from kernelflow.eval.timing import cache_dir, device_lock, measure_copy_bandwidth, measure_matmul_rate
+from kernelflow.eval.clock.timing import cache_dir, device_lock, measure_copy_bandwidth, measure_matmul_rate
 from kernelflow.tasks import Task
 
 # Peak HBM bandwidth from vendor datasheets, bytes/s, matched by substring of the device name.

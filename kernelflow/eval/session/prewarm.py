@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 
 from kernelflow.eval.config import auto_prewarm_workers
-from kernelflow.eval.worker_handle import SpawnSpec, WorkerHandle
+from kernelflow.eval.session.worker_handle import SpawnSpec, WorkerHandle
 
 log = logging.getLogger(__name__)
 

@@ -29,8 +29,8 @@ import io
 import re
 import tokenize
 
-from kernelflow.eval.static_analysis import _literal_getattr
-from kernelflow.eval.static_rules import _Findings
+from kernelflow.eval.static.analysis import _literal_getattr
+from kernelflow.eval.static.rules import _Findings
 from kernelflow.eval.verdict import Check
 
 # CPython 3.10-3.14 frame, generator, coroutine, async-generator, traceback, code and cell attributes, and

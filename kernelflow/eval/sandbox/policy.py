@@ -90,7 +90,7 @@ BACKEND_LANDLOCK_LATE = {"interpret": False, "cuda": True}
 BACKEND_SOCKETS_ALLOWED = {"interpret": False, "cuda": False}
 UID_RANGE = (1 << 20, 1 << 31)
 
-_PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS = 4, 38
+_PR_SET_DUMPABLE = 4
 
 
 class IsolationError(ValueError):
@@ -123,7 +123,7 @@ def _userns_prefix() -> list[str]:
 @functools.cache
 def host_mechanisms() -> dict[str, str | None]:
     """Each mechanism -> None if this host has it, else why not (probed once per process)."""
-    from kernelflow.eval import landlock
+    from kernelflow.eval.sandbox import landlock
 
     root = os.geteuid() == 0
     setpriv, unshare = shutil.which("setpriv"), shutil.which("unshare")
@@ -337,46 +337,3 @@ def protect_judge() -> None:
         if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
             log.warning("prctl(PR_SET_DUMPABLE, 0) failed: errno %d", ctypes.get_errno())
         _judge_protected = True
-
-
-# ---- in the worker --------------------------------------------------------------------------------
-def confine_early(setup: dict | None) -> list[str]:
-    """At the worker's start, single-threaded: no_new_privs, then Landlock. Returns what is in force."""
-    if not setup:
-        return []
-    applied = []
-    if setup.get("no_new_privs") or setup.get("landlock") or setup.get("seccomp"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
-        applied.append("no_new_privs")
-    rules = setup.get("landlock")
-    if rules and not rules.get("late"):
-        threads = len(os.listdir("/proc/self/task"))
-        if threads != 1:
-            raise RuntimeError(f"Landlock must be applied while the worker has one thread, it has {threads}")
-        from kernelflow.eval.landlock import restrict_writes
-
-        restrict_writes(rules["dirs"], rules["files"])
-        applied.append("landlock")
-    return applied
-
-
-def confine_late(setup: dict | None) -> list[str]:
-    """After the warm-up, before the submission exists: Landlock where it must come late
-    (`BACKEND_LANDLOCK_LATE`), then the seccomp filter on every thread."""
-    if not setup:
-        return []
-    applied = []
-    rules = setup.get("landlock")
-    if rules and rules.get("late"):
-        from kernelflow.eval.landlock import restrict_writes
-
-        restrict_writes(rules["dirs"], rules["files"])
-        applied.append("landlock")
-    if setup.get("seccomp"):
-        from kernelflow.eval.seccomp_policy import install
-
-        install(allow_sockets=bool(setup["seccomp"].get("allow_sockets")))
-        applied.append("seccomp")
-    return applied

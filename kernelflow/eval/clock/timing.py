@@ -3,14 +3,14 @@
 Every timed phase of ours (a verdict's timed calls, eager timing, calibration, benchmarks) holds
 `device_lock(index)`, the exclusive mode of the GPU's cross-process lock (gpu_lock.py), so no work of
 ours overlaps a measurement.
-`time_cuda(fn, ...)` times a callable the way the worker times a submission: fresh inputs made
+`time_cuda(fn, ...)` times a callable in the judge's own process (eager references, calibration): fresh inputs made
 before the clock starts, L2 flushed after they are made, the GPU kept busy by a short spin while
 the host reaches its first launch (`cover_launch_latency`), device-wide synchronize before the end
 event, the protocol's own overhead on an empty region subtracted (`timer_overhead_ms`), median with
 min/max kept.
 
-This module does not time submissions (the worker does, in its own process) and has no CPU timing:
-under the Triton interpreter nothing is timed.
+This module does not time submissions: the judge times those itself, with its own CUDA events around
+the worker's calls (`gated_clock.py`). It has no CPU timing: under the Triton interpreter nothing is timed.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from kernelflow.cache_dir import cache_root
-from kernelflow.eval.gpu_lock import GpuLock
+from kernelflow.eval.clock.gpu_lock import GpuLock
 
 
 def cache_dir(configured: str | None = None) -> Path:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import ast
 from collections import deque
 
-from kernelflow.eval.static_tables import JIT_NAMES
+from kernelflow.eval.static.tables import JIT_NAMES
 
 # Bare names assumed when the module never binds them (an evaluator may pre-import them).
 _DEFAULT_ALIASES = {"torch": "torch", "triton": "triton", "tl": "triton.language", "nn": "torch.nn",

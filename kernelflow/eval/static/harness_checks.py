@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import ast
 
-from kernelflow.eval.static_analysis import _analysis, _key, _literal_getattr, _tail
-from kernelflow.eval.static_rules import _classified, _Findings, classify
-from kernelflow.eval.static_tables import (
+from kernelflow.eval.static.analysis import _analysis, _key, _literal_getattr, _tail
+from kernelflow.eval.static.rules import _classified, _Findings, classify
+from kernelflow.eval.static.tables import (
     _BUILTIN_NAMES,
     _INTERPRETER_WHY,
     _MODULE_REASONS,

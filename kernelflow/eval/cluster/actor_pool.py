@@ -33,9 +33,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernelflow.eval.cluster.ray_config import RayConfig
 from kernelflow.eval.config import EvalConfig, config_hash
 from kernelflow.eval.evaluator import EVALUATOR_VERSION
-from kernelflow.eval.ray_config import RayConfig
 from kernelflow.eval.verdict import Status
 
 __all__ = ["ActorPool", "Unjudged", "import_ray"]

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import ast
 
-from kernelflow.eval.static_analysis import Analysis, _literal_getattr
-from kernelflow.eval.static_reexports import REEXPORT_ALIASES, canonical_forms
-from kernelflow.eval.static_tables import (
+from kernelflow.eval.static.analysis import Analysis, _literal_getattr
+from kernelflow.eval.static.reexports import REEXPORT_ALIASES, canonical_forms
+from kernelflow.eval.static.tables import (
     _INTERPRETER_WHY,
     _KERNEL_HINT,
     _MODULE_REASONS,

@@ -13,7 +13,7 @@ them), replacing dead actors and the failure policy are the pool's (`actor_pool.
 In short: every submission gets exactly one verdict: the first one an actor returns, or, after
 `max_actor_deaths_per_submission` actor deaths under the same submission, a `crashed` verdict (a
 submission that kills whatever runs it is not retried forever); `evaluator_error` when no actor is
-left. Those two are built here by `kernelflow.eval.failure.failure_verdict`. An innocent
+left. Those two are built here by `kernelflow.eval.cluster.failure.failure_verdict`. An innocent
 submission caught on actors that die for other reasons twice in a row also ends `crashed`; raise
 the limit if nodes are that unreliable.
 
@@ -45,11 +45,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from kernelflow.eval.actor_pool import ActorPool, Unjudged, import_ray
+from kernelflow.eval.cluster.actor_pool import ActorPool, Unjudged, import_ray
+from kernelflow.eval.cluster.failure import failure_verdict
+from kernelflow.eval.cluster.ray_config import RayConfig
 from kernelflow.eval.config import EvalConfig
 from kernelflow.eval.evaluator import EVALUATOR_VERSION, Evaluator
-from kernelflow.eval.failure import failure_verdict
-from kernelflow.eval.ray_config import RayConfig
 from kernelflow.eval.verdict import Status, Verdict
 from kernelflow.tasks import Task
 
@@ -70,7 +70,7 @@ class EvalActor:
         gpu_ids = [str(g) for g in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])]
         if gpu_ids:
             # Ray shows the actor its GPU as device 0; keep calibration and the timing lock per physical GPU.
-            from kernelflow.eval.timing import cache_dir
+            from kernelflow.eval.clock.timing import cache_dir
 
             folder = Path(cache_dir(config.cache_dir)) / f"ray-gpu{'-'.join(gpu_ids)}"
             config = replace(config, device_index=0, cache_dir=str(folder))

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import ast
 
-from kernelflow.eval.static_analysis import Analysis, _analysis, _literal_getattr, _tail
-from kernelflow.eval.static_reexports import canonical_forms
-from kernelflow.eval.static_rules import _classified, _Findings, classify, torch_call_allowed
-from kernelflow.eval.static_tables import _KERNEL_HINT, COMPUTE_OPS, TORCH_ONLY_METHODS, WITH_ALLOWED, _op
+from kernelflow.eval.static.analysis import Analysis, _analysis, _literal_getattr, _tail
+from kernelflow.eval.static.reexports import canonical_forms
+from kernelflow.eval.static.rules import _classified, _Findings, classify, torch_call_allowed
+from kernelflow.eval.static.tables import _KERNEL_HINT, COMPUTE_OPS, TORCH_ONLY_METHODS, WITH_ALLOWED, _op
 from kernelflow.eval.verdict import Check
 
 

@@ -47,8 +47,8 @@ from dataclasses import dataclass
 
 import torch
 
-from kernelflow.eval.session import gpu_signal
-from kernelflow.eval.timing import LAUNCH_COVER_CYCLES, MIN_RESOLVABLE_MS
+from kernelflow.eval.clock import gpu_signal
+from kernelflow.eval.clock.timing import LAUNCH_COVER_CYCLES, MIN_RESOLVABLE_MS
 
 MAX_SPIN_FACTOR = 32
 START_SPIN_CYCLES = 2 * LAUNCH_COVER_CYCLES  # ~2 ms at H200 clocks

@@ -23,10 +23,10 @@ from contextlib import AbstractContextManager
 
 import torch
 
+from kernelflow.eval.clock.roofline import Calibration, calibrate
+from kernelflow.eval.clock.timing import TimingResult, time_cuda
 from kernelflow.eval.config import EvalConfig
 from kernelflow.eval.reward import roofline_fraction
-from kernelflow.eval.roofline import Calibration, calibrate
-from kernelflow.eval.timing import TimingResult, time_cuda
 from kernelflow.tasks import Task, generate_inputs
 
 log = logging.getLogger(__name__)
