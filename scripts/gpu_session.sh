@@ -4,6 +4,11 @@
 #
 #   bash scripts/gpu_session.sh OUT STEP [ARG] [STEP [ARG] ...]
 #
+#   gate             the judge's GPU gate, <= 8 minutes with the install: pytest -m gpu (tests/eval, tests/tasks),
+#                    the ten honest controls at full shape against their stored rewards
+#                    (benchmarks/gate_expected.json), a throughput smoke (the mixed batch of 13 at P = 2, served
+#                    defaults); one summary in OUT/gate/summary.md (benchmarks/gpu_gate.py), rc 1 if red. Run it
+#                    on every change to kernelflow/eval before it lands (docs/ci.md records each run)
 #   gpu-tests        pytest -m gpu over tests/eval and tests/tasks (GPU_TESTS picks files or -k expressions)
 #   controls         the ten honest controls at full shape, 2 repeats of ReLU: runtime, t_min, reward
 #   smoke            the main job on the GPU: python -m flows.experiment eval=gpu (report + MLflow run)
@@ -34,7 +39,7 @@
 set -uo pipefail
 out="${1:?usage: bash scripts/gpu_session.sh OUT STEP [ARG] ... (steps: see the header of this file)}"
 shift
-[ $# -gt 0 ] || { echo "gpu_session.sh: no step given; steps: gpu-tests controls smoke learnability N learnability-parallel S1,S2 compare pilot-shaped throughput" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "gpu_session.sh: no step given; steps: gate gpu-tests controls smoke learnability N learnability-parallel S1,S2 compare pilot-shaped throughput" >&2; exit 2; }
 dry="${GPU_SESSION_DRY_RUN:-0}"
 limit="${STEP_LIMIT:-540}"
 bundle="${BUNDLE:-.whl}"
@@ -45,7 +50,7 @@ run() {  # run NAME CMD...: the command under the step limit, its output in OUT/
   local name="$1"; shift
   if [ "$dry" = 1 ]; then echo "[dry-run] $name: $*"; return 0; fi
   local t0; t0=$(date +%s)
-  timeout "$limit" "$@" >"$out/$name.log" 2>&1
+  timeout "${step_limit:-$limit}" "$@" >"$out/$name.log" 2>&1
   local rc=$?
   echo "== $name rc=$rc in $(( $(date +%s) - t0 )) s (log: $out/$name.log)"
   tail -"${TAIL_LINES:-12}" "$out/$name.log"
@@ -57,14 +62,14 @@ args=("$@")
 i=0
 while [ $i -lt ${#args[@]} ]; do
   case "${args[$i]}" in
-    gpu-tests|controls|smoke|compare|pilot-shaped|throughput) ;;
+    gate|gpu-tests|controls|smoke|compare|pilot-shaped|throughput) ;;
     learnability)
       i=$((i + 1))
       [[ "${args[$i]:-}" =~ ^[0-9]+$ ]] || { echo "gpu_session.sh: learnability needs a seed number, e.g. 'learnability 1'" >&2; exit 2; } ;;
     learnability-parallel)
       i=$((i + 1))
       [[ "${args[$i]:-}" =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "gpu_session.sh: learnability-parallel needs seeds, e.g. 'learnability-parallel 1,2,3'" >&2; exit 2; } ;;
-    *) echo "gpu_session.sh: unknown step '${args[$i]}'; steps: gpu-tests controls smoke learnability N learnability-parallel S1,S2 compare pilot-shaped throughput" >&2; exit 2 ;;
+    *) echo "gpu_session.sh: unknown step '${args[$i]}'; steps: gate gpu-tests controls smoke learnability N learnability-parallel S1,S2 compare pilot-shaped throughput" >&2; exit 2 ;;
   esac
   i=$((i + 1))
 done
@@ -100,6 +105,22 @@ set -- "${args[@]}"
 while [ $# -gt 0 ]; do
   step="$1"; shift
   case "$step" in
+    gate)
+      # Three parts under their own limits (270 + 100 + 80 s, plus the install: within 8 minutes), then the
+      # summary, which reads whatever each part left (a part cut by its limit is red, not silent).
+      mkdir -p "$out/gate"
+      set -f
+      # shellcheck disable=SC2086
+      step_limit=${GATE_TESTS_LIMIT:-270} run gate/gpu-tests "$py" -m pytest -m gpu ${GPU_TESTS:-tests/eval tests/tasks} \
+        -n "${GPU_TESTS_WORKERS:-8}" -v -p no:cacheprovider -o faulthandler_timeout=120 --timeout 200
+      set +f
+      step_limit=${GATE_CONTROLS_LIMIT:-100} run gate/controls "$py" benchmarks/controls.py --shape full --repeats 0 \
+        --parallel 2 --out "$out/gate/controls"
+      step_limit=${GATE_THROUGHPUT_LIMIT:-80} run gate/throughput "$py" benchmarks/eval_throughput.py --defaults \
+        --pool-sizes 2 --baseline-pools --evaluator shared --single-prewarm --skip-hang --no-env-server --skip-cache \
+        --no-warmup --out "$out/gate/throughput"
+      step_limit=60 run gate/summary "$py" benchmarks/gpu_gate.py "$out/gate"
+      [ "$dry" = 1 ] || cat "$out/gate/summary.md" 2>/dev/null ;;
     gpu-tests)
       set -f  # node ids hold [brackets]
       # shellcheck disable=SC2086

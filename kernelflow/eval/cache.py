@@ -38,7 +38,7 @@ out as read-only.
 
 Neither cache touches disk or outlives the process; a code change needs a restart anyway, and the
 evaluator version is part of every key. The device calibration and eager timings are cached in
-`baselines.py` (per device) and `roofline.py` (on disk, per device name).
+`clock/baselines.py` (per device) and `clock/roofline.py` (on disk, per device name).
 """
 
 from __future__ import annotations

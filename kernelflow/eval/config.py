@@ -19,7 +19,7 @@ from kernelflow.eval.sandbox.policy import LEVELS as ISOLATION_LEVELS
 BACKENDS = ("auto", "cuda", "interpret")
 TOLERANCE_MODES = ("task", "kernelbench")
 GPU_LOCK_MODES = ("exclusive", "shared_checks")  # the choices of EvalConfig.gpu_lock (session/plan.py)
-CALIBRATION_SOURCES = ("stored", "measured")  # the choices of EvalConfig.calibration (roofline.py)
+CALIBRATION_SOURCES = ("stored", "measured")  # the choices of EvalConfig.calibration (clock/roofline.py)
 AUTO = "auto"  # EvalConfig.prewarm_workers: sized when the Evaluator starts, from the device (auto_prewarm_workers)
 
 # The one home of the speed defaults of every judge that serves verdicts: `kernelflow serve` and the
@@ -94,7 +94,7 @@ class EvalConfig:
     memory_limit_mb: int = 8192  # address-space cap for interpret workers (CUDA needs a huge VA space)
     output_limit_mb: int = 16  # cap on a worker's stdout+stderr file (RLIMIT_FSIZE)
     max_workers: int = 2
-    # CUDA: share of the device's memory that concurrent verdicts may use together; more wait (device_memory.py)
+    # CUDA: share of the device's memory that concurrent verdicts may use together; more wait (session/device_memory.py)
     device_memory_fraction: float = 0.85
     device_index: int = 0
     l2_flush_mb: int = 256
@@ -103,7 +103,7 @@ class EvalConfig:
     cache_dir: str | None = None  # calibration and lock files; None: ~/.cache/kernelflow
     verdict_cache_size: int = 4096  # verdicts kept for identical resubmissions (LRU); 0 disables (cache.py)
     input_cache_mb: int = 256  # inputs + float64 references kept across verdicts; 0 disables (cache.py)
-    # Idle pre-warmed workers kept per evaluator (device), prewarm.py; 0: spawn one per verdict; "auto": sized
+    # Idle pre-warmed workers kept per evaluator (device), session/prewarm.py; 0: spawn one per verdict; "auto": sized
     # when the Evaluator starts (auto_prewarm_workers). 0 here, "auto" where verdicts are served (SERVE_DEFAULTS).
     prewarm_workers: int | str = 0
     # "shared_checks": only the timed calls hold the GPU exclusively; compilation and correctness calls
@@ -119,14 +119,14 @@ class EvalConfig:
     # Also time torch.compile of the reference (cached per task and shape, like eager) so verdicts carry
     # speedup_vs_compile. Off by default: compiling every task's reference costs tens of seconds once.
     compile_baseline: bool = False
-    # OS isolation of every worker (isolation.py): "auto" (the strongest this host and backend allow) or
+    # OS isolation of every worker (sandbox/policy.py): "auto" (the strongest this host and backend allow) or
     # an explicit level of ISOLATION_LEVELS, refused where one of its mechanisms is missing.
     isolation: str = "auto"
     # The environment server refuses to start below this level; None: what this host gives the
     # interpreter, capped at the backend's ceiling (isolation.default_minimum). Set "full" (interpret)
     # or "network" (cuda) on a production host so that a host missing a mechanism cannot serve.
     min_isolation: str | None = None
-    # Roofline numbers (roofline.py): "stored" takes a known device's reference calibration from
+    # Roofline numbers (clock/roofline.py): "stored" takes a known device's reference calibration from
     # device_calibrations.json (the same t_min in every process and on every host of that device);
     # "measured" uses this host's own measurement.
     calibration: str = "stored"

@@ -2,17 +2,17 @@
 
 `Evaluator` holds what outlives one submission: the bounded worker pool (a semaphore; many
 concurrent requests queue instead of exhausting memory), the device calibration and cached eager
-timings (`baselines.py`), the verdict cache and the input/reference cache (`cache.py`), and, when
+timings (`clock/baselines.py`), the verdict cache and the input/reference cache (`cache.py`), and, when
 `prewarm_workers` is above 0 (or "auto", sized above 0 for this device), a pool of pre-warmed fresh
-workers (`prewarm.py`). Per submission it extracts the code, answers from the verdict cache when
+workers (`session/prewarm.py`). Per submission it extracts the code, answers from the verdict cache when
 an identical submission was judged under the same settings, else runs the static checks and, if
 they pass, a `JudgeSession` with a fresh worker; then it turns the outcome into one `Verdict` with
 its reward and feedback. Whatever the submission does, exactly one verdict
 comes back; `evaluate` never raises for submitted code (an evaluator fault becomes status
 `evaluator_error`).
 
-It does not compare outputs or run submissions itself (`session/`, `worker.py`), does not time
-the reference or calibrate the device (`baselines.py`), and holds no formula but the call to
+It does not compare outputs or run submissions itself (`session/`, `worker/main.py`), does not time
+the reference or calibrate the device (`clock/baselines.py`), and holds no formula but the call to
 `compute_reward`.
 """
 
@@ -75,19 +75,19 @@ class Evaluator:
             self.device = torch.device("cpu")
             self.device_name = "cpu (triton interpreter)"
         protect_judge()  # non-dumpable: a worker of our UID cannot read our memory or environment
-        self.isolation = resolve(self.backend, self.config.isolation)  # what every worker gets (isolation.py)
+        self.isolation = resolve(self.backend, self.config.isolation)  # what every worker gets (sandbox/policy.py)
         self._slots = threading.BoundedSemaphore(self.config.max_workers)
-        self._memory: MemoryBudget | None = None  # CUDA: sized at the first verdict (device_memory.py)
+        self._memory: MemoryBudget | None = None  # CUDA: sized at the first verdict (session/device_memory.py)
         self._verdict_bytes: dict[tuple, int] = {}
         self._state_lock = threading.Lock()
-        # The device calibration and the reference's cached eager/torch.compile times (baselines.py).
+        # The device calibration and the reference's cached eager/torch.compile times (clock/baselines.py).
         self._baselines = Baselines(self.device, self.config, self._state_lock)
-        self._gate: GateCalibration | None = None  # the judge's clock on an empty call (CUDA, gated_clock.py)
+        self._gate: GateCalibration | None = None  # the judge's clock on an empty call (CUDA, clock/gated_clock.py)
         self._gate_lock = threading.Lock()
         self._gpu_health = GpuHealth()  # set when a call's GPU work never finished: judging here stops
         self._verdicts = VerdictCache(self.config.verdict_cache_size)
         self._references = ReferenceCache(self.config.input_cache_mb << 20) if self.config.input_cache_mb else None
-        # Device memory shared with workers, kept and reused across verdicts (ipc_arena.py says why).
+        # Device memory shared with workers, kept and reused across verdicts (session/ipc_arena.py says why).
         self._arenas = ArenaPool(self.device) if self.backend == "cuda" else None
         # A secret of this judge process mixed into every call's input seed (input_salt), so no submission
         # can compute the inputs it will be called on from the project's own generator and answer from a
@@ -282,7 +282,7 @@ class Evaluator:
             if self._gate is None:
                 link = WorkerLink(SpawnSpec.of(self.config, self.backend, self.device), pool=None)
                 link.deadline = time.monotonic() + max(120.0, self.config.timeout_s)
-                arena = self._arenas.acquire(ALIGN)  # the clock's flag, in memory of its own (gpu_signal.py)
+                arena = self._arenas.acquire(ALIGN)  # the clock's flag, in memory of its own (clock/gpu_signal.py)
                 flag = arena.carve((1,), torch.int32)
                 flag.zero_()
                 try:
@@ -298,7 +298,7 @@ class Evaluator:
 
     @contextmanager
     def _gpu_lock(self, shared: bool = False):
-        """This GPU's lock, shared or exclusive (gpu_lock.py); nothing to hold under the interpreter."""
+        """This GPU's lock, shared or exclusive (clock/gpu_lock.py); nothing to hold under the interpreter."""
         if self.backend != "cuda":
             ctx = nullcontext()
         else:

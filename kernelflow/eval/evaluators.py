@@ -1,7 +1,7 @@
 """Which evaluator judges: this host's bounded worker pool, or evaluation actors on a Ray cluster.
 
 `make_evaluator(kind, config, ray)` is the one way in from outside the evaluator (the environment
-server builds its judge with it), so callers never import `evaluator.py` or `ray_backend.py` by
+server builds its judge with it), so callers never import `evaluator.py` or `cluster/ray_backend.py` by
 name. Ray is imported only when `kind` is "ray" (the `ray` extra); "local" needs nothing beyond the
 evaluator itself. This module does not judge anything; it only picks and builds the judge.
 """

@@ -4,15 +4,15 @@ The message sequence of one session (judge -> worker messages are pickled dicts,
 trusts the judge; worker -> judge messages are JSON objects that the judge treats as hostile input):
 
     worker: warm                      imports done, CUDA initialised, launch counter installed
-    worker: confined(applied, error)  seccomp loaded too (isolation.py); a worker that could not is discarded
-    judge:  gates(gate, flag)         CUDA: the gate event and the done flag (session/gated_clock.py)
+    worker: confined(applied, error)  seccomp loaded too (sandbox/policy.py); a worker that could not is discarded
+    judge:  gates(gate, flag)         CUDA: the gate event and the done flag (clock/gated_clock.py)
     judge:  probe(seq)                only on a calibration worker, which never gets a submission
     worker: probed
     judge:  judge(submission_path)    the one submission (a pre-warmed worker may wait long for it)
     worker: ready | import_failed
     judge:  map(slot, inputs)         CUDA: the shared input buffers of one shape set, once
     worker: mapped
-    judge:  call(slot | input bytes, seq)  one forward; CUDA: behind the gate, then flag = seq (gated_clock.py)
+    judge:  call(slot | input bytes, seq)  one forward; CUDA: behind the gate, then flag = seq (clock/gated_clock.py)
     worker: called | call_failed      CPU: `called` is followed by raw frames: output, then each input
     worker: gpu_fault                 CUDA, only if the call's GPU work then failed (the worker waits for it)
     ...                               one call per planned call
@@ -66,7 +66,7 @@ class Ready:
 
 @dataclass(frozen=True)
 class Confined:
-    """The worker's OS confinement after its warm-up (isolation.py), before any submission exists."""
+    """The worker's OS confinement after its warm-up (sandbox/policy.py), before any submission exists."""
 
     applied: list[str]
     error: str | None

@@ -5,11 +5,11 @@ verdict has the identity fields (task, status, reward, feedback, code hash, eval
 backend, device, shape, seeds) and `cached` (False when judged, True when `cache.py` served an
 identical earlier submission's verdict). The rest are nullable because they exist only where the
 phase behind them ran: `wall_time` splits the verdict's seconds by phase (for a cached verdict, the
-lookup's own; for one `failure.py` built, only the total); the timing fields (`runtime_*`, `t_min_ms`,
+lookup's own; for one `cluster/failure.py` built, only the total); the timing fields (`runtime_*`, `t_min_ms`,
 `roofline_fraction`, `eager_ms`, `speedup_vs_eager`, `compile_ms`) only on a timed CUDA verdict (`ok`
 or `impossible_time`); `torch_compile_ms` and `speedup_vs_compile` only there too, and only with
 `EvalConfig.compile_baseline` on; `max_abs_err` / `max_rel_violation` once outputs were compared;
-`isolation` on every verdict the evaluator judged (None on one built by `failure.py`).
+`isolation` on every verdict the evaluator judged (None on one built by `cluster/failure.py`).
 This module holds the types only; `evaluator.py` produces verdicts.
 """
 

@@ -1,4 +1,4 @@
-"""The judge's clock arithmetic (session/gated_clock.py) on the CPU; the clock itself runs under `gpu`.
+"""The judge's clock arithmetic (clock/gated_clock.py) on the CPU; the clock itself runs under `gpu`.
 
 What is decided from the judge's own numbers: the empty call's length is taken off, a window shorter
 than any empty call is refused, and late timed calls (the GPU may have waited for the worker's host

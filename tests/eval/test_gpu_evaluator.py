@@ -143,7 +143,7 @@ def test_a_kernel_that_never_ends_times_out_and_the_next_submission_is_judged(ev
     source = (Path(__file__).resolve().parent.parent / "fixtures" / "adversarial" / "rt_kernel_never_ends.py").read_text()
     v = evaluator.evaluate("19_ReLU", source)
     assert v.status == "timeout", v.feedback
-    assert evaluator.info()["gpu_stalled"] is None  # the judge took its stream back (session/gpu_signal.py)
+    assert evaluator.info()["gpu_stalled"] is None  # the judge took its stream back (clock/gpu_signal.py)
     after = evaluator.evaluate("19_ReLU", solution_source("19_ReLU"))
     assert after.status == "ok", after.feedback
 
@@ -181,7 +181,7 @@ class ModelNew(nn.Module):
 
 def test_a_kernel_writing_the_done_flag_early_does_not_shorten_the_window():
     """The flag sits next to the inputs, so a kernel can write it; the judge waits for a nonce it cannot
-    guess (session/gpu_signal.py), so the window still ends at the worker's own write, after the work."""
+    guess (clock/gpu_signal.py), so the window still ends at the worker's own write, after the work."""
     ev = Evaluator(EvalConfig(backend="cuda", shape="full", timed_runs=5, timeout_s=600, verdict_cache_size=0,
                               static_checks=False))
     honest = ev.evaluate("19_ReLU", solution_source("19_ReLU"))

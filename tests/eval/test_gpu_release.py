@@ -1,4 +1,4 @@
-"""A call whose GPU work will never finish, and the judge taking its stream back (session/gpu_signal.py).
+"""A call whose GPU work will never finish, and the judge taking its stream back (clock/gpu_signal.py).
 
 On the H200 (benchmarks/ipc_wait_probe.py) a wait on an inter-process event recorded by a worker that
 faulted or was killed never ends; the judge now waits for a value in its own memory and writes that
@@ -93,7 +93,7 @@ def test_a_finished_call_needs_no_release(monkeypatch):
 
 def test_done_values_are_fresh_nonzero_nonces_not_a_count():
     # The submission's kernels can write the flag (it sits next to the inputs): only a value they cannot
-    # guess keeps an early write from ending the judge's window (gpu_signal.py).
+    # guess keeps an early write from ending the judge's window (clock/gpu_signal.py).
     values = [gpu_signal.next_value() for _ in range(200)]
     assert all(0 < v < (1 << 31) for v in values)
     assert len(set(values)) == len(values)

@@ -1,5 +1,5 @@
 """The evaluator on tasks shaped unlike the pilot's: several inputs, a smaller output, an integer output,
-a scalar output (kernelflow/eval/session.py, worker.py, correctness.py).
+a scalar output (kernelflow/eval/session.py, worker/main.py, correctness.py).
 
 Each task here is declared in the test with a small reference module from tests/fixtures/multi_input/
 and judged end to end by the real evaluator under the Triton interpreter: an honest Triton solution is

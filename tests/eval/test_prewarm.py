@@ -1,4 +1,4 @@
-"""Pre-warmed fresh workers (kernelflow/eval/session/prewarm.py, spawned by worker_handle.py): faster start, same
+"""Pre-warmed fresh workers (kernelflow/eval/session/prewarm.py, spawned by session/worker_handle.py): faster start, same
 isolation, never reused.
 
 With `prewarm_workers` on, the adversarial behaviour must not change (hang -> timeout, crash ->
@@ -59,7 +59,7 @@ def warm():
     assert descendants(os.getpid()) == [], "closing the evaluator must kill its idle workers"
 
 
-# kernel_never_launched: the worker's own warm-up launch (warm_kernel.py) must not count as the submission's.
+# kernel_never_launched: the worker's own warm-up launch (worker/warm_kernel.py) must not count as the submission's.
 @pytest.mark.parametrize("name", ["hang_forever", "segfault_ctypes", "os_exit_import", "output_flood",
                                   "system_exit_forward", "kernel_never_launched"])
 def test_adversarial_behaviour_is_unchanged_with_prewarm(warm, name):
@@ -116,7 +116,7 @@ def test_a_handle_is_handed_out_at_most_once():
 
 
 def test_a_worker_launches_its_own_triton_kernel_while_warming():
-    """warm_kernel.py: the first-launch costs are paid before a submission exists, and not counted."""
+    """worker/warm_kernel.py: the first-launch costs are paid before a submission exists, and not counted."""
     handle = WorkerHandle(SpawnSpec.of(CONFIG, "interpret", "cpu"))
     try:
         handle.ensure_warm(time.monotonic() + 120)
@@ -180,7 +180,7 @@ def test_closing_the_pool_kills_idle_and_warming_workers():
 
 
 def test_the_warm_up_pays_the_first_dispatch_mode_import():
-    """The import a dispatch mode's first aten op triggers (warm_kernel.py) happens in the warm-up.
+    """The import a dispatch mode's first aten op triggers (worker/warm_kernel.py) happens in the warm-up.
 
     On CUDA a compiled launch dispatches no aten op, so only the allocation under the guard triggers
     it; the H200 profile showed a warm-up without it left ~4 s on every submission's first call.

@@ -67,7 +67,7 @@ def test_the_submission_runs_as_its_utf8_text_whatever_its_coding_cookie(submiss
 def test_the_submission_does_not_inherit_the_workers_future_flags(tmp_path):
     path = tmp_path / "submission.py"
     path.write_text("def f(a: undefined_name): pass\n", encoding="utf-8")
-    with pytest.raises(NameError):  # evaluated eagerly: worker_submission.py's `from __future__ import annotations` stays there
+    with pytest.raises(NameError):  # evaluated eagerly: worker/submission.py's `from __future__ import annotations` stays there
         load_submission("kf_test_future", str(path))
     sys.modules.pop("kf_test_future", None)
 

@@ -1,4 +1,4 @@
-"""The stored reference calibrations (roofline.py, device_calibrations.json): CPU-testable parts.
+"""The stored reference calibrations (clock/roofline.py, device_calibrations.json): CPU-testable parts.
 
 What the GPU path does with them (calibrate() on a real device) is exercised by the GPU tests; here:
 the file's entries are well-formed, a stored entry replaces this host's measured numbers where it has

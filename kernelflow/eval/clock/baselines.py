@@ -4,7 +4,7 @@
 timed on CUDA, `timed_fields` returns the verdict's timing fields (runtime, t_min and the roofline
 fraction from the device calibration, eager PyTorch's time and the speedup over it, and with
 `compile_baseline` the same against `torch.compile`) and the physical floor below which the
-median is impossible. The calibration is measured (or read from `roofline.py`'s stored table)
+median is impossible. The calibration is measured (or read from `clock/roofline.py`'s stored table)
 once; each baseline is timed once per task, shape, input distribution and compiled-or-eager, on
 the same device, under this GPU's exclusive lock, and cached until `clear`.
 

@@ -19,7 +19,7 @@ The spin lets the host path (the worker's launches and checks, its reply, the ju
 while the GPU is still busy; so the worker does all its host work before FLAG, replies right after
 it and queues no GPU work of its own after FLAG (a kernel there would compete with END for the GPU),
 and the judge draws the inputs before `open` (drawing them synchronises its host: torch.unique).
-FLAG is an int32 in the session's arena and n a random nonce of the call (gpu_signal.py): unlike an
+FLAG is an int32 in the session's arena and n a random nonce of the call (clock/gpu_signal.py): unlike an
 inter-process DONE event, which never completes once its recorder faults or dies (measured on the
 H200), the judge can write the value itself when the worker's work will never finish, so a faulting
 or never-ending kernel costs its own verdict and nothing else (`settle`).
@@ -171,7 +171,7 @@ class GatedClock:
     def settle(self, tail: torch.cuda.Event, deadline: float | None, abort=None) -> None:
         """Wait until `tail` (queued after END) has completed: the window is over and what follows it done.
 
-        At `deadline`, or when `abort()` raises, the judge writes the call's flag itself (gpu_signal.py)
+        At `deadline`, or when `abort()` raises, the judge writes the call's flag itself (clock/gpu_signal.py)
         and waits for its stream to resume: GpuWorkAbandoned if it did (the verdict is the submission's),
         GpuStalled if not (this process's GPU state is lost)."""
         try:

@@ -15,7 +15,7 @@ ctypes and no torch import (well under a second): while the judge's stream is bl
 the judge's own process may block too (lazy module loading synchronises the context; the probe's
 in-process releases hung).
 
-The flag lives in the session's own IPC arena (ipc_arena.py), next to the inputs: the submission's
+The flag lives in the session's own IPC arena (session/ipc_arena.py), next to the inputs: the submission's
 kernels can write it (pointer arithmetic from an input needs no Python), so the value is a fresh
 random nonce per call (`next_value`) that only the worker's own code learns (in the call message), and
 the wait is for equality. A kernel that writes the flag early writes a wrong value and ends nothing:
@@ -31,7 +31,7 @@ the nonce is a secret of the worker's Python: it is in the worker's memory while
 worker needs it right after). Code that could read the worker's Python objects (frames, `gc`, the
 link's buffers) could learn it and have a kernel write it early. That is the same reach as replacing
 the worker's own functions, which the static checks and the runtime checks keep out
-(static_escapes.py, runtime_controls.py); the nonce only closes the route that needs no Python, pointer
+(static/escapes.py, worker/controls.py); the nonce only closes the route that needs no Python, pointer
 arithmetic from a kernel.
 """
 

@@ -1,7 +1,7 @@
 """GPU timing on the judge's side: the per-device lock, eager-PyTorch timing and the calibration runs.
 
 Every timed phase of ours (a verdict's timed calls, eager timing, calibration, benchmarks) holds
-`device_lock(index)`, the exclusive mode of the GPU's cross-process lock (gpu_lock.py), so no work of
+`device_lock(index)`, the exclusive mode of the GPU's cross-process lock (clock/gpu_lock.py), so no work of
 ours overlaps a measurement.
 `time_cuda(fn, ...)` times a callable in the judge's own process (eager references, calibration): fresh inputs made
 before the clock starts, L2 flushed after they are made, the GPU kept busy by a short spin while
@@ -10,7 +10,7 @@ event, the protocol's own overhead on an empty region subtracted (`timer_overhea
 min/max kept.
 
 This module does not time submissions: the judge times those itself, with its own CUDA events around
-the worker's calls (`gated_clock.py`). It has no CPU timing: under the Triton interpreter nothing is timed.
+the worker's calls (`clock/gated_clock.py`). It has no CPU timing: under the Triton interpreter nothing is timed.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def cache_dir(configured: str | None = None) -> Path:
 
 
 def gpu_lock(device_index: int, configured_dir: str | None = None) -> GpuLock:
-    """The readers-writer lock of one GPU (gpu_lock.py), shared by the CLI, benchmarks and the server."""
+    """The readers-writer lock of one GPU (clock/gpu_lock.py), shared by the CLI, benchmarks and the server."""
     return GpuLock(cache_dir(configured_dir), device_index)
 
 

@@ -20,9 +20,9 @@ with no live actor left (or the pool closed), `Unjudged("evaluator_error")`. A r
 judges differently (another kernelflow on its node) is retired like a dead actor. Any other error
 an actor answers with is ours and is raised to the caller, not retried.
 
-It does not build verdicts, count submissions or connect to the cluster (`ray_backend.py`), and
+It does not build verdicts, count submissions or connect to the cluster (`cluster/ray_backend.py`), and
 holds no evaluator: the actors do. Layers: `ray` is imported lazily, inside functions, by
-`import_ray` here (which `ray_backend.py` uses as well); CI checks that no other module imports it.
+`import_ray` here (which `cluster/ray_backend.py` uses as well); CI checks that no other module imports it.
 """
 
 from __future__ import annotations

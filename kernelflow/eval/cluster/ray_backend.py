@@ -1,15 +1,15 @@
 """Evaluation on a Ray cluster: one evaluation actor per GPU (or N CPU actors), nothing lost.
 
-`RayEvaluator(eval_config, ray_config)` (settings: `RayConfig`, in `ray_config.py`) has
+`RayEvaluator(eval_config, ray_config)` (settings: `RayConfig`, in `cluster/ray_config.py`) has
 `Evaluator`'s interface (`evaluate`, `evaluate_async`, `info`, `close`) plus `evaluate_batch` and
 `stats`. It connects to Ray (or starts a local instance, which it stops at `close`) and judges on
-an `ActorPool` (`actor_pool.py`) of `num_actors` actors (`EvalActor`, here), each owning one
+an `ActorPool` (`cluster/actor_pool.py`) of `num_actors` actors (`EvalActor`, here), each owning one
 `Evaluator`: its own bounded worker pool, caches and timing lock, on its own GPU
 (`gpus_per_actor=1`) or, for the interpreter backend, on CPUs (`gpus_per_actor=0`).
 
 This module is the evaluator-facing facade: it turns the pool's answer into exactly one `Verdict`
 per submission and counts them. Scheduling (least-loaded, tasks kept on the actors that served
-them), replacing dead actors and the failure policy are the pool's (`actor_pool.py` says how).
+them), replacing dead actors and the failure policy are the pool's (`cluster/actor_pool.py` says how).
 In short: every submission gets exactly one verdict: the first one an actor returns, or, after
 `max_actor_deaths_per_submission` actor deaths under the same submission, a `crashed` verdict (a
 submission that kills whatever runs it is not retried forever); `evaluator_error` when no actor is

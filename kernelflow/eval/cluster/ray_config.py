@@ -1,4 +1,4 @@
-"""Settings of the Ray evaluation backend (`ray_backend.py`): where the actors run, how failures end.
+"""Settings of the Ray evaluation backend (`cluster/ray_backend.py`): where the actors run, how failures end.
 
 A plain frozen dataclass that checks its own values; importing it imports neither Ray nor the
 backend, so the environment server's config can hold one whether or not the `ray` extra is installed.

@@ -4,7 +4,7 @@
 this module applies it: `confine_early` at the worker's start (single-threaded: no_new_privs, then Landlock
 where it may come early), `confine_late` after the warm-up and before the submission is imported (Landlock
 where it must come late, then the seccomp filter). It imports only the standard library and its two
-mechanism modules (`landlock.py`, `seccomp_policy.py`), so the worker folder can use it without reaching
+mechanism modules (`sandbox/landlock.py`, `sandbox/seccomp_policy.py`), so the worker folder can use it without reaching
 any judge-side code. What is not here: probing the host, choosing levels, the spawn prefix (policy.py).
 """
 

@@ -6,7 +6,7 @@ Landlock cannot be lifted once in force, and every thread and process created la
 Why so early, not after the warm-up: `landlock_restrict_self` confines the calling thread only (a
 flag to sync all threads arrives with ABI 8; this host has ABI 7), and the warm-up starts threads
 (OpenMP, the CUDA driver's). A submission with ctypes owns the whole address space, so an unconfined
-thread is a way out. (The worker starts single-threaded because worker_handle.py sets OMP_NUM_THREADS=1;
+thread is a way out. (The worker starts single-threaded because session/worker_handle.py sets OMP_NUM_THREADS=1;
 `isolation.confine_early` checks it and refuses otherwise.)
 
 The ruleset handles every write-like filesystem access the running ABI knows (write, truncate,

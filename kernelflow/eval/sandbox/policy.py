@@ -8,10 +8,10 @@ probed once per process (cached) and applied only where the host has it and the 
   binaries;
 - `no_caps` (`setpriv` at spawn): a root worker's capabilities (empty effective, permitted,
   inheritable and bounding sets);
-- `landlock` (the worker, at its start, single-threaded; landlock.py): writes outside its own
+- `landlock` (the worker, at its start, single-threaded; sandbox/landlock.py): writes outside its own
   directory (+ /dev/null, CUDA's device nodes and /dev/shm), TCP, and signals or abstract unix
   sockets to any process outside its domain;
-- `seccomp` (the worker, after its warm-up; seccomp_policy.py): ptrace and other cross-process reads,
+- `seccomp` (the worker, after its warm-up; sandbox/seccomp_policy.py): ptrace and other cross-process reads,
   setsid/setpgid, new sockets, new namespaces, kernel attack surface;
 - `netns` (`unshare` at spawn): the network (a fresh namespace has only a down loopback);
 - `uid` (`setpriv` at spawn): reading or signalling the judge and the other workers: a fresh random
@@ -227,7 +227,7 @@ def resolve(backend: str, requested: str = "auto") -> Resolved:
     barred = [m for m in need if m not in allowed]
     if barred:
         raise IsolationError(f"isolation={requested!r} needs {barred}, which backend {backend!r} cannot use "
-                             f"(isolation.py BACKEND_MECHANISMS says why); its ceiling is {ceiling(backend)!r}")
+                             f"(sandbox/policy.py BACKEND_MECHANISMS says why); its ceiling is {ceiling(backend)!r}")
     absent = {m: host[m] for m in need if host[m] is not None}
     if absent:
         raise IsolationError(f"isolation={requested!r} needs mechanisms this host lacks: "

@@ -7,9 +7,9 @@
 - `checks.py`: the named runtime checks, each with the hack it blocks.
 - `buffers.py`: device memory shared with the worker, and reading its output from the judge's side.
 - `references.py`: the float64 reference, expected output shapes, cached references, the comparison.
-- `worker_handle.py`: the one spawn path of a worker (process, directory, isolation prefix, bootstrap);
-  `prewarm.py`: the pool of workers started ahead of demand; `ipc_arena.py`: the shared device-memory
-  arenas; `device_memory.py`: each verdict's device-memory estimate and the budget that admits verdicts.
+- `session/worker_handle.py`: the one spawn path of a worker (process, directory, isolation prefix, bootstrap);
+  `session/prewarm.py`: the pool of workers started ahead of demand; `session/ipc_arena.py`: the shared device-memory
+  arenas; `session/device_memory.py`: each verdict's device-memory estimate and the budget that admits verdicts.
 The judge's clock (gated clock, done signal, GPU lock) lives in `kernelflow/eval/clock/`.
 The message types live in `kernelflow/eval/protocol.py` (the worker uses them too); the OS isolation
 of the worker in `kernelflow/eval/sandbox/policy.py`.

@@ -1,10 +1,10 @@
 """Device memory between the judge and a CUDA worker: the shared inputs, and the worker's output.
 
-Inputs: one arena of the evaluator's `ArenaPool` per session (ipc_arena.py says why arenas are reused,
-never freed), carved into the clock's done flag (gpu_signal.py) and the inputs of every shape set of
+Inputs: one arena of the evaluator's `ArenaPool` per session (session/ipc_arena.py says why arenas are reused,
+never freed), carved into the clock's done flag (clock/gpu_signal.py) and the inputs of every shape set of
 the plan, and mapped into the worker once per shape set. The judge draws each call's fresh inputs
 into private scratch tensors and copies them into the shared ones as the last step before its clock
-starts (gated_clock.py).
+starts (clock/gated_clock.py).
 
 Output: the worker exports the storage of the tensor forward returned (`protocol.SharedOutput`); the
 judge maps it and copies it into memory of its own right behind the clock's END event, so nothing
@@ -46,7 +46,7 @@ class SharedInputs:
             self.flag.zero_()  # a reused arena holds an earlier session's values; a done value is never 0
 
     def signal_flag(self) -> torch.Tensor:
-        """The int32 the worker writes when a call's work is queued (gated_clock.py), zeroed."""
+        """The int32 the worker writes when a call's work is queued (clock/gated_clock.py), zeroed."""
         self._acquire()
         return self.flag
 
@@ -97,7 +97,7 @@ def import_output(shared: protocol.SharedOutput, device: torch.device, shape: tu
             shared.device, bytes.fromhex(shared.handle), shared.storage_bytes, shared.storage_offset_bytes,
             shared.ref_counter.encode(), shared.ref_counter_offset, bytes.fromhex(shared.event_handle),
             False)  # never wait on the worker's event: one recorded behind a faulted kernel never completes
-            # (gpu_signal.py); the clock's flag wait already orders this read after the worker's work
+            # (clock/gpu_signal.py); the clock's flag wait already orders this read after the worker's work
         out = torch.empty(0, dtype=dtype, device=device)
         out.set_(storage, shared.element_offset, shape, _contiguous_strides(shape))
     except Exception as exc:  # noqa: BLE001 - a forged or stale export is the submission's, never ours

@@ -3,11 +3,11 @@
 Each `RuntimeCheck` reads the worker's `protocol.Called` report (what the in-process controls saw) and
 the judge's own facts about the call (`CallFacts`), and returns why it failed or None. They run in
 order after every call; the first failure ends the session with the check's status. The in-process
-controls are reachable by the submission (worker.py says so); the checks that matter most do not
+controls are reachable by the submission (worker/main.py says so); the checks that matter most do not
 rely on them alone: `gate_respected` is the judge's clock, the values are compared by the judge
 (judge.py), and a switched-off guard is itself reported (`dispatch_guard_active`).
 
-Not here: value comparison, input and determinism checks (judge.py), static checks (static_checks.py).
+Not here: value comparison, input and determinism checks (judge.py), static checks (static/checks.py).
 """
 
 from __future__ import annotations

@@ -6,11 +6,11 @@ float64 reference, from the evaluator's `ReferenceCache`), hands them over (byte
 device buffers on a GPU, buffers.py), and when the worker answers applies the runtime checks
 (checks.py), compares the output with a float64 reference computed here (references.py), and checks that the inputs
 are unchanged and the repeat reproduced its output. On CUDA every call is timed by the judge's own
-clock (gated_clock.py) and the output is read from the judge's side right behind the clock's end.
+clock (clock/gated_clock.py) and the output is read from the judge's side right behind the clock's end.
 The first failure ends the session; a protocol violation, a call past its own limit, a dead worker:
 every path ends in a `SessionOutcome`, and the worker is always killed.
 
-It does not decide the reward (evaluator.py), calibrate the device or time eager PyTorch (baselines.py).
+It does not decide the reward (evaluator.py), calibrate the device or time eager PyTorch (clock/baselines.py).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class JudgeSession:
         self.plan: list[CallSpec] = []
         self.inputs: SharedInputs | None = None
         self.ref_counters: set[str] = set()
-        self._late = False  # the last CUDA call's window may hold host latency (gated_clock.py)
+        self._late = False  # the last CUDA call's window may hold host latency (clock/gated_clock.py)
 
     @property
     def prewarmed(self) -> bool:

@@ -1,7 +1,7 @@
 """The judge's link to one worker: getting a warm worker, bounded messages with deadlines, its death.
 
 `WorkerLink` takes a pre-warmed worker from the evaluator's pool when there is one, else spawns a
-fresh one (worker_handle.py), waits until it is warm, and hands it the submission. Every message from the
+fresh one (session/worker_handle.py), waits until it is warm, and hands it the submission. Every message from the
 worker goes through `recv`, which waits at most until the current deadline (the session's, or the
 current call's limit, whichever is sooner) and decodes it with `protocol.decode`: a frame that breaks
 the protocol raises `ProtocolViolation`, never anything the judge could mistake for its own error.

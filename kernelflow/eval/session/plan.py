@@ -3,7 +3,7 @@
 `build_plan` lists the calls: the correctness seeds, the odd shape, a repeat (determinism), then
 `timed_runs` fresh calls. Every call is checked the same way and, on CUDA, timed the same way by the
 judge's clock, so a submission cannot tell a check from a measurement; only the last `timed_runs`
-calls' times feed the median. `LockHolds` keeps the per-GPU readers-writer lock (gpu_lock.py) as each
+calls' times feed the median. `LockHolds` keeps the per-GPU readers-writer lock (clock/gpu_lock.py) as each
 step needs it: in "shared_checks" (the default) only the timed calls hold it exclusively, so a slow
 or hostile submission's compilation and correctness calls never keep the GPU from other verdicts'
 timed calls; in "exclusive" the first hold is exclusive and kept to the end (the old behaviour).

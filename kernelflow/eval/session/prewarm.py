@@ -1,6 +1,6 @@
 """A pool of pre-warmed fresh workers, and how large it is.
 
-Every worker starts through one spawn path (`worker_handle.py`: `WorkerHandle`, `SpawnSpec`).
+Every worker starts through one spawn path (`session/worker_handle.py`: `WorkerHandle`, `SpawnSpec`).
 Without a pool (`prewarm_workers = 0`, the library default) a session spawns a handle and waits for
 `warm` itself, exactly as long as a fresh worker always took. With `WarmPool(spec, size)`, `size`
 handles are spawned ahead of time and warm up in the background; a session takes one (a warm one
@@ -19,7 +19,7 @@ worker holds a CUDA context (~0.5 GB) and the L2-flush buffer, and a worker warm
 verdict is being timed may disturb that timing: that is measured on the H200 before the GPU default is
 called validated (docs/eval_speed.md). On the CPU the pool only costs memory (~300 MB per idle worker).
 
-This module does not spawn a worker itself (`worker_handle.py`) or talk to one (`session/link.py`).
+This module does not spawn a worker itself (`session/worker_handle.py`) or talk to one (`session/link.py`).
 """
 
 from __future__ import annotations

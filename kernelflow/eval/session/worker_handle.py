@@ -5,7 +5,7 @@ HOME, TMPDIR and TRITON_CACHE_DIR, so compiled kernels are never shared between 
 judge directory for its socket and output file (0700, or 0711 with the socket chowned to it when
 the worker has its own UID), a scrubbed environment (`_KEEP_ENV` only; no tokens or credentials),
 resource limits (output file size, no core dumps, address space under the interpreter), its own
-process group, and its OS isolation (`isolation.py`: the `unshare`/`setpriv` prefix of its
+process group, and its OS isolation (`sandbox/policy.py`: the `unshare`/`setpriv` prefix of its
 command, a fresh UID, and what it applies to itself; after `warm` it must report `confined` with
 every planned self-applied mechanism, or it is discarded as a start failure). Its bootstrap
 (socket address, a fresh 32-byte key, backend, device, isolation) arrives on stdin;
@@ -16,8 +16,8 @@ it a submission (`handover`): the source is written into the worker's directory 
 over the socket. A handle can be handed over once; the worker judges that one submission and exits,
 and the judge kills its process group and deletes its directories.
 
-`SpawnSpec` is everything a spawn needs, known before any submission, so a pool (`prewarm.py`) can
-spawn ahead with the same path. This module does not keep workers ready (`prewarm.py`) and does not
+`SpawnSpec` is everything a spawn needs, known before any submission, so a pool (`session/prewarm.py`) can
+spawn ahead with the same path. This module does not keep workers ready (`session/prewarm.py`) and does not
 talk to a worker after the handover (`session/link.py`).
 """
 
@@ -47,7 +47,7 @@ _KEEP_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_HOME", "LD_LIBRARY_PATH", "NVIDIA_V
 
 
 class _WorkerPopen(subprocess.Popen):
-    """Popen whose returncode is the worker's own, through the PID-namespace init (isolation.py)."""
+    """Popen whose returncode is the worker's own, through the PID-namespace init (sandbox/policy.py)."""
 
     plan: isolation.WorkerPlan | None = None
 
@@ -70,7 +70,7 @@ class SpawnSpec:
     l2_flush_mb: int
     output_limit_mb: int
     memory_limit_mb: int
-    isolation: str = "auto"  # EvalConfig.isolation: "auto" or a level (isolation.py)
+    isolation: str = "auto"  # EvalConfig.isolation: "auto" or a level (sandbox/policy.py)
 
     @classmethod
     def of(cls, config, backend: str, device) -> SpawnSpec:
@@ -195,7 +195,7 @@ class WorkerHandle:
         return msg
 
     def _confirm_confined(self, deadline: float) -> None:
-        """The worker's word that it confined itself (isolation.py), sent before any submission exists."""
+        """The worker's word that it confined itself (sandbox/policy.py), sent before any submission exists."""
         remaining = deadline - time.monotonic()
         if remaining <= 0 or not self.conn.poll(remaining):
             raise TimeoutError("the worker did not report its confinement in time")
@@ -259,7 +259,7 @@ class WorkerHandle:
     def handover(self, source: str, init_inputs: list) -> None:
         """Give the warm worker its one submission (written into its own directory).
 
-        As UTF-8 with its newlines untranslated: the worker compiles exactly this str (worker_submission.py,
+        As UTF-8 with its newlines untranslated: the worker compiles exactly this str (worker/submission.py,
         `load_submission`), the text the static checks parsed, whatever coding cookie it declares."""
         path = self.workdir / "submission.py"
         path.write_text(source, encoding="utf-8", newline="")  # exactly the text the static checks read

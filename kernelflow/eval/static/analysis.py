@@ -9,8 +9,8 @@ per tree and keeps it there, so the checks share one pass. The small node helper
 `_literal_getattr`) say how a Name, a self-attribute or a literal getattr is read.
 
 What it does not do: it decides nothing. The tables of allowed and forbidden names are
-`static_tables.py`; which check a resolved name breaks is `static_rules.py`; the checks are
-`static_checks.py` and the modules it names.
+`static/tables.py`; which check a resolved name breaks is `static/rules.py`; the checks are
+`static/checks.py` and the modules it names.
 """
 
 from __future__ import annotations

@@ -33,19 +33,19 @@ builtins applied to tensors (`abs(x)`, `sum(x)`) and caching keyed on `data_ptr(
 worker's dispatch allow-list, launch counter and the judge's fresh-input checks catch those at run
 time. Per-process draws it cannot name (set iteration order of strings, `data_ptr()`, function reprs)
 and branches on `x.device.type` pass here too: judging again in a fresh process is the defence.
-Frames, generators, class-pattern attribute reads and coding cookies are checked in `static_escapes.py`
+Frames, generators, class-pattern attribute reads and coding cookies are checked in `static/escapes.py`
 (red team F1/F2); a chain through a re-exported module (`torch.nn.init.torch.relu`) is also judged as
-the module it stands for (`static_reexports.py`, red team a05).
+the module it stands for (`static/reexports.py`, red team a05).
 Code under `if __name__ == "__main__":` is checked like the rest (test harnesses that call
 torch ops are rejected; the prompt asks for no testing code). Static checks narrow the attack
 surface; they are not the sandbox.
 
 This module holds the order the checks run in, the runner and the size bound (`bounded_source`);
-the checks themselves live by kind: `static_kernel_checks.py` (ModelNew, its kernel and launch, no
-PyTorch compute), `static_harness_checks.py` (what a submission may import, call or reach),
-`static_escapes.py` (frames, generators, class patterns, coding cookies). Beneath them,
-`static_analysis.py` resolves names, `static_tables.py` holds the allow- and deny-lists,
-`static_rules.py` maps a resolved name to the checks it breaks, and `static_reexports.py` the
+the checks themselves live by kind: `static/kernel_checks.py` (ModelNew, its kernel and launch, no
+PyTorch compute), `static/harness_checks.py` (what a submission may import, call or reach),
+`static/escapes.py` (frames, generators, class patterns, coding cookies). Beneath them,
+`static/analysis.py` resolves names, `static/tables.py` holds the allow- and deny-lists,
+`static/rules.py` maps a resolved name to the checks it breaks, and `static/reexports.py` the
 canonical forms of re-exported modules.
 """
 

@@ -1,4 +1,4 @@
-"""Static checks that keep a submission from reaching or fooling the harness around it (see `static_checks.py`).
+"""Static checks that keep a submission from reaching or fooling the harness around it (see `static/checks.py`).
 
 Imports follow an allow-list, and a module off it reached as an attribute of an allowed one, or used
 as a value where no chain through it can be resolved, is refused (`no_forbidden_modules`); so are
@@ -10,8 +10,8 @@ object), and per-process draws (`random`, clocks, `id`, `hash`, `object()`). Mos
 hits that `static_rules._classified` assigns to their name and add the cases only a node shows.
 
 What it does not cover: whether the submission does the task's work in Triton
-(`static_kernel_checks.py`); frames, generators, class-pattern attribute reads and coding cookies
-(`static_escapes.py`). Per-process draws it cannot name (set order of strings, `data_ptr()`) pass
+(`static/kernel_checks.py`); frames, generators, class-pattern attribute reads and coding cookies
+(`static/escapes.py`). Per-process draws it cannot name (set order of strings, `data_ptr()`) pass
 here: judging again in a fresh process is the defence.
 """
 

@@ -1,4 +1,4 @@
-"""Static checks that a submission is a Triton kernel doing the task's work itself (see `static_checks.py`).
+"""Static checks that a submission is a Triton kernel doing the task's work itself (see `static/checks.py`).
 
 It defines `ModelNew` (an nn.Module with a forward), defines a @triton.jit kernel and launches it,
 does not use the reference `Model`, and does no compute in PyTorch: no torch ops or tensor methods
@@ -9,7 +9,7 @@ as a fallback. Under the Triton interpreter a kernel body is plain Python run du
 tensor methods.
 
 What it does not cover: what a submission reaches beyond its own work (imports, builtins, dunders,
-streams, timers, internals: `static_harness_checks.py`; frames and coding cookies: `static_escapes.py`)
+streams, timers, internals: `static/harness_checks.py`; frames and coding cookies: `static/escapes.py`)
 and the source's size (`static_checks.check_bounded_source`). It cannot see types, so arithmetic on
 tensors (`x * (x > 0)`) passes here; the worker's dispatch allow-list catches it at run time.
 """

@@ -10,8 +10,8 @@ getattr, and under each canonical form `static_reexports.canonical_forms` gives;
 hits by check name. `torch_call_allowed` is the torch call allow-list's rule. `_Findings` collects a
 check's findings into its `Check` (the first three by line, and a count of the rest).
 
-What it does not do: it holds no name table (`static_tables.py`), resolves no alias
-(`static_analysis.py`) and runs no check (`static_checks.py`).
+What it does not do: it holds no name table (`static/tables.py`), resolves no alias
+(`static/analysis.py`) and runs no check (`static/checks.py`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The name tables the static checks judge by (see `static_checks.py` for the checks themselves).
+"""The name tables the static checks judge by (see `static/checks.py` for the checks themselves).
 
 Frozen sets of dotted names and attribute names: which imports, torch calls and context managers are
 allowed; which torch namespaces and tensor methods compute; which names reach streams, timers,
@@ -8,7 +8,7 @@ string evaluators; which modules the allowed ones re-export. Also the reason tex
 names (`_is_dunder`, `_op`).
 
 What it does not do: it walks no syntax tree and maps no name to a check. Resolving a submission's
-names is `static_analysis.py`; deciding which check a resolved name breaks is `static_rules.py`.
+names is `static/analysis.py`; deciding which check a resolved name breaks is `static/rules.py`.
 """
 
 from __future__ import annotations

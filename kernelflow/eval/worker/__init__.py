@@ -9,7 +9,7 @@ what the worker reports against its own evidence. Modules:
 - `submission.py`: loading the checked submission text as a module, trimming its tracebacks, output checks;
 - `controls.py`: the in-process runtime controls (a cheap first layer: launch counting, the dispatch guard,
   tripwires);
-- `warm_kernel.py`: the judge's own tiny Triton kernel that warms the compiler before any submission exists.
+- `worker/warm_kernel.py`: the judge's own tiny Triton kernel that warms the compiler before any submission exists.
 
 Imports: the standard library, torch, triton, `kernelflow.eval.protocol` (the typed wire) and
 `kernelflow.eval.sandbox.confine` (the worker's side of the sandbox). Import-linter contracts in

@@ -1,6 +1,6 @@
 """The worker: runs one submission in a fresh process and reports what it saw, never what it concluded.
 
-Started by `worker_handle.py` as `python -m kernelflow.eval.worker.main` in its own temporary directory, process
+Started by `session/worker_handle.py` as `python -m kernelflow.eval.worker.main` in its own temporary directory, process
 group and scrubbed environment, one submission per process. It connects to the judge, warms up
 (imports torch and triton, installs the launch counter, on CUDA initialises its context) and says
 `warm`; then it waits for its one submission (a `judge` message, sent at once to a fresh worker or
@@ -8,19 +8,19 @@ later to a pre-warmed one: the same protocol). Before that it may be given the s
 and done flag (`gates`) and, on a worker that will never see a submission, asked for
 empty gated calls that calibrate the judge's clock (`probe`). It runs the submission from the text
 the judge checked (`worker_submission.load_submission`), builds `ModelNew`, and serves `call` requests: each runs
-`forward` once on inputs the judge chose, under the runtime controls (runtime_controls.py), and
+`forward` once on inputs the judge chose, under the runtime controls (worker/controls.py), and
 reports what they saw (protocol.py). On CUDA the call waits for the judge's gate event before
 anything runs, writes the call's done value into the judge's flag after forward's launches, exports
 its output's storage so the judge reads it directly, and after its reply waits for its own GPU work:
-if that failed it says `gpu_fault` (the flag will never come; session/gpu_signal.py). On the CPU
+if that failed it says `gpu_fault` (the flag will never come; clock/gpu_signal.py). On the CPU
 the output and the inputs, copied as forward left them, go back as raw frames. The worker never sees
-an expected output and measures no time the verdict uses: the judge's clock is the judge's (session/gated_clock.py).
+an expected output and measures no time the verdict uses: the judge's clock is the judge's (clock/gated_clock.py).
 
 Threat model: everything here runs in the submission's process, so the submission's Python can reach
 and replace it. Nothing this process says decides a verdict alone: the judge reads the outputs
 itself and times from its own side; the runtime controls are a first layer (PyTorch doing the work,
 no launch, foreign launches, threads, tampering, a switched-off guard) backed by the static checks.
-The operating system confines the process (isolation.py).
+The operating system confines the process (sandbox/policy.py).
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ class Worker:
         self.tripwires.install()
         self.guard_cls = make_guard(self.counter, interpreter=not self.cuda)
         # One launch of our own under the guard, so the one-off costs of a process's first Triton launch
-        # under a dispatch mode are not charged to the submission's first call (warm_kernel.py). Its
+        # under a dispatch mode are not charged to the submission's first call (worker/warm_kernel.py). Its
         # count is reset before any submission exists; a failure here is the evaluator's, not a verdict.
         from kernelflow.eval.worker.warm_kernel import launch_under
 
@@ -227,7 +227,7 @@ class Worker:
         # Everything on the host happens before DONE and the reply goes right after it: the judge queues
         # its END when the reply arrives, and host work of ours in between would sit inside its window
         # while the GPU idles (measured on the H200: every control read 1.4-2 ms slow). The GPU is still
-        # behind the gate here as long as the judge's spin outlasts this path (gated_clock.py).
+        # behind the gate here as long as the judge's spin outlasts this path (clock/gated_clock.py).
         tampered = [k for k, v in identity_snapshot(self.guard_cls).items() if self.identities.get(k) != v]
         if not self.counter.intact():
             tampered.append("triton launch methods")
@@ -308,7 +308,7 @@ class Worker:
                 return
 
     def release_buffers(self) -> bool:
-        """Drop our handles on the judge's shared buffers, so the judge may free them (ipc_arena.py)."""
+        """Drop our handles on the judge's shared buffers, so the judge may free them (session/ipc_arena.py)."""
         try:
             self.buffers.clear()
             self.outputs = []
@@ -331,7 +331,7 @@ def main() -> None:
     sys.stdin.close()
     from kernelflow.eval.sandbox.confine import confine_early, confine_late
 
-    confinement = setup.pop("isolation", None)  # isolation.py: no_new_privs + Landlock now, single-threaded
+    confinement = setup.pop("isolation", None)  # sandbox/policy.py: no_new_privs + Landlock now, single-threaded
     try:
         applied, confine_error = confine_early(confinement), None
     except Exception as exc:  # noqa: BLE001 - reported to the judge after the warm-up, which then discards us

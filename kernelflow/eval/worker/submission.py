@@ -1,6 +1,6 @@
 """The submission as the worker handles it: loaded from the judge's text, its errors, its output.
 
-Three pieces of `worker.py`'s process-side harness that look at the submission itself:
+Three pieces of `worker/main.py`'s process-side harness that look at the submission itself:
 - `load_submission`: the submission as a fresh module, executed from exactly the text the static
   checks parsed (never the file decoded anew by the import system);
 - `trim_traceback` and `is_compile_error`: how a failure of the submission reads to the model (its
@@ -8,12 +8,12 @@ Three pieces of `worker.py`'s process-side harness that look at the submission i
 - `output_problem`: why forward's result is not a plain, owned tensor of the expected shape, dtype
   and device (None when it is).
 
-Threat model: like `worker.py`, this runs in the submission's process, where the submission's
+Threat model: like `worker/main.py`, this runs in the submission's process, where the submission's
 Python can reach and replace it. Nothing here decides a verdict alone: the judge reads the outputs
 itself and compares them (session/). `output_problem` takes the worker's `torch` (imported before
 the submission ran) instead of importing it, so a submission that swaps `sys.modules["torch"]`
 does not change what is checked. The module imports nothing heavy: the worker confines itself before torch is imported.
-It does not talk to the judge (worker.py, protocol.py).
+It does not talk to the judge (worker/main.py, protocol.py).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class _SourceLoader:
 def load_submission(name: str, path: str):
     """The submission as a fresh module `name`, executed from exactly the text the judge checked.
 
-    The judge wrote that text as UTF-8 with its newlines untranslated (worker_handle.py); compiling
+    The judge wrote that text as UTF-8 with its newlines untranslated (session/worker_handle.py); compiling
     the str ignores any PEP 263 coding cookie, which the import system would honour (a `# coding: utf-7`
     or `unicode_escape` file decodes to other code than the static checks parsed: the red team's a02,
     a21). The module is registered as an import would register it (`sys.modules`, `__file__`,
