@@ -22,7 +22,9 @@ import re
 import sys
 from pathlib import Path
 
-_RESULT = re.compile(r"\b(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b\s+(tests/\S+)|(tests/\S+::\S+)\s+(PASSED|FAILED|ERROR|SKIPPED)")
+# "[gw3] [ 10%] PASSED tests/x.py::t" (xdist -v) or "tests/x.py::t PASSED" (plain -v)
+_RESULT = re.compile(r"\b(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b\s+(tests/\S+)"
+                     r"|(tests/\S+::\S+)\s+(PASSED|FAILED|ERROR|SKIPPED)")
 _FINAL = re.compile(r"=+ (.*\d+ (passed|failed|error|skipped).*) in ([\d.]+)s")
 
 
@@ -93,7 +95,9 @@ def render(summary: dict) -> str:
     c = summary["controls"]
     lines.append(f"| ten honest controls (full shape) | {mark(c)} | within {summary['tolerance']:.1%} of stored |")
     h = summary["throughput"]
-    detail = f"P={h.get('pool')}: {h.get('verdicts_per_min') or 0:.1f} verdicts/min, p50 {h.get('p50_s') or 0:.2f} s" if h.get("statuses") else ""
+    detail = ""
+    if h.get("statuses"):
+        detail = f"P={h.get('pool')}: {h.get('verdicts_per_min') or 0:.1f} verdicts/min, p50 {h.get('p50_s') or 0:.2f} s"
     lines.append(f"| throughput smoke (mixed batch of 13) | {mark(h)} | {detail} |")
     if c.get("rows"):
         lines += ["", "| control | status | reward | stored | change |", "|---|---|---|---|---|"]
