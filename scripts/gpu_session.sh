@@ -106,17 +106,17 @@ while [ $# -gt 0 ]; do
   step="$1"; shift
   case "$step" in
     gate)
-      # Three parts under their own limits (270 + 100 + 80 s, plus the install: within 8 minutes), then the
+      # Three parts under their own limits (320 + 75 + 75 s, plus the install: within 8 minutes), then the
       # summary, which reads whatever each part left (a part cut by its limit is red, not silent).
       mkdir -p "$out/gate"
       set -f
       # shellcheck disable=SC2086
-      step_limit=${GATE_TESTS_LIMIT:-270} run gate/gpu-tests "$py" -m pytest -m gpu ${GPU_TESTS:-tests/eval tests/tasks} \
-        -n "${GPU_TESTS_WORKERS:-8}" -v -p no:cacheprovider -o faulthandler_timeout=120 --timeout 200
+      step_limit=${GATE_TESTS_LIMIT:-320} run gate/gpu-tests "$py" -m pytest -m gpu ${GPU_TESTS:-tests/eval tests/tasks} \
+        -n "${GATE_TESTS_WORKERS:-14}" -v -p no:cacheprovider -o faulthandler_timeout=120 --timeout 200
       set +f
-      step_limit=${GATE_CONTROLS_LIMIT:-100} run gate/controls "$py" benchmarks/controls.py --shape full --repeats 0 \
-        --parallel 2 --out "$out/gate/controls"
-      step_limit=${GATE_THROUGHPUT_LIMIT:-80} run gate/throughput "$py" benchmarks/eval_throughput.py --defaults \
+      step_limit=${GATE_CONTROLS_LIMIT:-75} run gate/controls "$py" benchmarks/controls.py --shape full --repeats 0 \
+        --parallel 4 --out "$out/gate/controls"
+      step_limit=${GATE_THROUGHPUT_LIMIT:-75} run gate/throughput "$py" benchmarks/eval_throughput.py --defaults \
         --pool-sizes 2 --baseline-pools --evaluator shared --single-prewarm --skip-hang --no-env-server --skip-cache \
         --no-warmup --out "$out/gate/throughput"
       step_limit=60 run gate/summary "$py" benchmarks/gpu_gate.py "$out/gate"
