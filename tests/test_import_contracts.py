@@ -63,6 +63,27 @@ def test_every_part_of_kernelflow_is_a_layer():
     assert parts - names == set(), "kernelflow modules missing from the layers contract"
 
 
+def _boundary() -> tuple[dict, dict]:
+    (worker,) = [c for c in _contracts() if c["name"].startswith("the worker folder imports only")]
+    (judge,) = [c for c in _contracts() if c["name"].startswith("nothing on the judge's side imports")]
+    return worker, judge
+
+
+def test_every_module_of_the_evaluator_is_on_one_side_of_the_trust_boundary():
+    # A new module of kernelflow.eval must be placed: worker side (the worker folder, the wire, the sandbox's
+    # worker side and the two mechanisms it applies) or judge side (listed in both boundary contracts).
+    worker, judge = _boundary()
+    worker_side = {"kernelflow.eval.worker", "kernelflow.eval.protocol", "kernelflow.eval.sandbox.confine",
+                   "kernelflow.eval.sandbox.landlock", "kernelflow.eval.sandbox.seccomp_policy"}
+    judge_side = set(judge["source_modules"])
+    assert judge["forbidden_modules"] == ["kernelflow.eval.worker", "kernelflow.eval.sandbox.confine"]
+    assert set(worker["forbidden_modules"]) >= judge_side - {"kernelflow.eval.protocol"}
+    packages = {"kernelflow.eval", "kernelflow.eval.sandbox"}  # containers of both sides
+    unplaced = [m for m in _modules("kernelflow/eval")
+                if m not in packages and not _covered(m, worker_side) and not _covered(m, judge_side)]
+    assert unplaced == [], f"modules of kernelflow.eval on neither side of the trust boundary: {unplaced}"
+
+
 def _lint(root: Path) -> subprocess.CompletedProcess:
     return subprocess.run([*LINT_IMPORTS, "--config", str(root / "pyproject.toml"), "--no-cache"], cwd=root,
                           env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root), "COLUMNS": "400"},
@@ -96,6 +117,16 @@ UPWARD = [
     ("kernelflow/config_dicts.py", "import kernelflow.cache_dir", "kernelflow's layers import only downward"),
     ("flows/analysis/render.py", "from flows.tracking import Tracker", "flows.analysis reads and renders results"),
     ("flows/analysis/report.py", "import prefect.artifacts", "flows.analysis reads and renders results"),
+    # the trust boundary inside the evaluator: the judge never imports the worker's code, and the worker
+    # reads nothing of the judge but the wire and the sandbox's worker side
+    ("kernelflow/eval/session/judge.py", "import kernelflow.eval.worker.main",
+     "nothing on the judge's side imports the worker folder"),
+    ("kernelflow/eval/evaluator.py", "from kernelflow.eval.sandbox.confine import confine_late",
+     "nothing on the judge's side imports the worker folder"),
+    ("kernelflow/eval/worker/submission.py", "from kernelflow.eval.verdict import Status",
+     "the worker folder imports only the protocol"),
+    ("kernelflow/eval/worker/controls.py", "from kernelflow.eval.sandbox.policy import resolve",
+     "the worker folder imports only the protocol"),
 ]
 
 

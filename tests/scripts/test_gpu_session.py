@@ -97,3 +97,14 @@ def test_missing_wheels_name_the_folder_and_the_fix(tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert "no wheels in" in r.stderr and "build_wheelhouse.py --host-freeze" in r.stderr
+
+
+def test_the_gate_runs_the_gpu_tests_the_controls_and_a_throughput_smoke_then_one_summary(tmp_path):
+    r = session(tmp_path, "gate")
+    assert r.returncode == 0, r.stderr
+    by_step = {line.split(":", 1)[0].removeprefix("[dry-run] "): line for line in r.stdout.splitlines()}
+    assert list(by_step)[1:] == ["gate/gpu-tests", "gate/controls", "gate/throughput", "gate/summary"]
+    assert "-m gpu" in by_step["gate/gpu-tests"]
+    assert "controls.py --shape full" in by_step["gate/controls"]
+    assert "eval_throughput.py --defaults --pool-sizes 2" in by_step["gate/throughput"]
+    assert "gpu_gate.py" in by_step["gate/summary"] and str(tmp_path / "out" / "gate") in by_step["gate/summary"]
