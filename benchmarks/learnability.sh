@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The learnability check on one GPU, three seeds in one command (docs/learnability.md):
 #
-#   source benchmarks/h200_setup.sh        # on the H200: carried wheels (trl, prefect, hydra, mlflow, openenv...)
+#   source benchmarks/probes/h200_setup.sh        # on the H200: carried wheels (trl, prefect, hydra, mlflow, openenv...)
 #   bash benchmarks/learnability.sh "$OUT" [extra Hydra overrides]
 #
 # Runs `experiment=learnability eval=gpu` (full shapes, timed rewards) for seeds 1, 2, 3 (or SEEDS) as

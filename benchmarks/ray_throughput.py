@@ -1,6 +1,6 @@
 """Throughput of the Ray evaluation backend with 1..N actors on a fixed mixed batch.
 
-    python benchmarks/ray_throughput.py --actors 1 2 --out docs/results/ray_throughput_cpu   # this CPU machine
+    python benchmarks/ray_throughput.py --actors 1 2 --out results/ray_cpu                 # this CPU machine
     python benchmarks/ray_throughput.py --address auto --backend cuda --shape full --gpus-per-actor 1 \\
         --actors 1 2 4 8 --out results/                                                         # a GPU cluster
 

@@ -1,6 +1,6 @@
 """A call whose GPU work will never finish, and the judge taking its stream back (clock/gpu_signal.py).
 
-On the H200 (benchmarks/ipc_wait_probe.py) a wait on an inter-process event recorded by a worker that
+On the H200 (benchmarks/probes/ipc_wait_probe.py) a wait on an inter-process event recorded by a worker that
 faulted or was killed never ends; the judge now waits for a value in its own memory and writes that
 value itself when the worker's work will not come: at the call's limit, or when the worker reports a
 GPU fault or dies. These tests run the judge's side of that on the CPU with stand-ins for the CUDA

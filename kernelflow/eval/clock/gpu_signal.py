@@ -1,6 +1,6 @@
 """The worker's "done" signal to the judge's clock: a value in the judge's memory, which the judge can write too.
 
-Why not an inter-process event: measured on the H200 (benchmarks/ipc_wait_probe.py, 2026-12-01,
+Why not an inter-process event: measured on the H200 (benchmarks/probes/ipc_wait_probe.py, 2026-12-01,
 docs/evaluator.md "Session 10"), a stream that waits on an inter-process event whose last record was
 made by a worker that then faulted (an illegal address) or was killed never resumes: not when the
 worker dies, not ever. The judge's stream, and everything that synchronises its context, then hung

@@ -81,7 +81,7 @@ BACKEND_WRITABLE = {
 # inherits the domain), or after the warm-up. On CUDA it must be after: with Landlock in force before
 # CUDA's initialisation, `torch.cuda.set_device` failed on the H200 (2026-12-01, benchmarks/
 # worker_start_probe.py: the worker started with every mechanism but Landlock, and with none it did
-# not), while Landlock applied after the warm-up ran whole verdicts there (benchmarks/trust_probe.py).
+# not), while Landlock applied after the warm-up ran whole verdicts there (benchmarks/probes/trust_probe.py).
 # The cost: threads the CUDA driver started during the warm-up are outside the domain; the
 # submission's Python runs on the main thread, inside it, and so does every thread it starts.
 BACKEND_LANDLOCK_LATE = {"interpret": False, "cuda": True}

@@ -6,7 +6,7 @@ every forward, and a forward's `torch.empty_like` is such an op) imports torch._
 Triton wrapper and with it torch._dynamo, sympy and FSDP: 1.2 s on this CPU, 4-4.5 s on the H200, where
 the image's site-packages are compiled from source on import. And Triton's first launch initialises
 its CUDA driver stubs and hashes its own sources for cache keys (~0.7 s). Measured on the H200
-(benchmarks/compile_probe.py, docs/eval_speed.md): a submission's first call took 4.4-4.9 s under the
+(benchmarks/probes/compile_probe.py, docs/eval_speed.md): a submission's first call took 4.4-4.9 s under the
 guard against 1.0-1.6 s without it. Paying both in the warm-up, by allocating *inside* the guard and
 then launching, moves them off the verdict's path when workers are pre-warmed (`prewarm_workers`).
 
