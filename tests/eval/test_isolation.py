@@ -231,7 +231,7 @@ def test_seccomp_denies_the_listed_calls_and_keeps_fork_exec():
     r = _run_py('''
         import ctypes, os, socket, subprocess
         from kernelflow.eval.sandbox.confine import confine_early, confine_late
-        setup = {"no_new_privs": True, "seccomp": {"allow_sockets": False}}
+        setup = {"no_new_privs": True, "seccomp": {"allow_sockets": False, "allow_processes": True}}
         confine_early(setup); confine_late(setup)
         def denied(fn):
             try:
@@ -253,6 +253,38 @@ def test_seccomp_denies_the_listed_calls_and_keeps_fork_exec():
     for name in ("socket", "socketpair", "setsid", "setpgid"):
         assert lines[name] == "1", (name, lines)  # EPERM
     assert lines["unshare"] == "-1 1" and lines["ptrace"] == "-1 1" and lines["exec"] == "0"
+
+
+@needs("no_new_privs", "seccomp")
+def test_seccomp_without_processes_refuses_fork_and_exec_but_keeps_threads():
+    # the interpreter backend's setting (BACKEND_PROCESSES_ALLOWED): a child process is work the guard never sees
+    r = _run_py('''
+        import os, subprocess, threading
+        from kernelflow.eval.sandbox.confine import confine_early, confine_late
+        setup = {"no_new_privs": True, "seccomp": {"allow_sockets": False, "allow_processes": False}}
+        confine_early(setup); confine_late(setup)
+        def denied(fn):
+            try:
+                fn()
+                return "allowed"
+            except OSError as e:
+                return e.errno
+        print("fork", denied(os.fork))
+        print("exec", denied(lambda: subprocess.run(["true"])))
+        print("execv", denied(lambda: os.execv("/bin/true", ["true"])))
+        box = []
+        t = threading.Thread(target=lambda: box.append(sum(range(10))))
+        t.start(); t.join()
+        print("thread", box[0])
+    ''')
+    assert r.returncode == 0, r.stderr
+    lines = dict(line.split(" ", 1) for line in r.stdout.splitlines())
+    assert lines["fork"] == "1" and lines["exec"] == "1" and lines["execv"] == "1", lines  # EPERM
+    assert lines["thread"] == "45"
+
+
+def test_only_the_interpreter_worker_is_denied_new_processes():
+    assert isolation.BACKEND_PROCESSES_ALLOWED == {"interpret": False, "cuda": True}
 
 
 # ---- the attacks, judged end to end ---------------------------------------------------------------

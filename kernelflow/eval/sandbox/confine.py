@@ -53,6 +53,8 @@ def confine_late(setup: dict | None) -> list[str]:
     if setup.get("seccomp"):
         from kernelflow.eval.sandbox.seccomp_policy import install
 
-        install(allow_sockets=bool(setup["seccomp"].get("allow_sockets")))
+        # a missing key means the stricter setting: a setup that does not say so gets no new processes
+        install(allow_sockets=bool(setup["seccomp"].get("allow_sockets")),
+                allow_processes=bool(setup["seccomp"].get("allow_processes", False)))
         applied.append("seccomp")
     return applied

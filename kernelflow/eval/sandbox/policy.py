@@ -88,6 +88,10 @@ BACKEND_LANDLOCK_LATE = {"interpret": False, "cuda": True}
 # Whether the seccomp filter lets the worker create sockets (its channel is open before the filter).
 # CUDA: denied, unverified on the H200 (legacy CUDA IPC is not expected to need a socket).
 BACKEND_SOCKETS_ALLOWED = {"interpret": False, "cuda": False}
+# Whether the worker may start processes (fork/exec) once the seccomp filter is on. CUDA: Triton forks and
+# execs `ptxas` for every compile. The interpreter compiles nothing, so a child there could only be the
+# submission doing its work where the in-process guard cannot see it (red team round 1, a09).
+BACKEND_PROCESSES_ALLOWED = {"interpret": False, "cuda": True}
 UID_RANGE = (1 << 20, 1 << 31)
 
 _PR_SET_DUMPABLE = 4
@@ -303,7 +307,8 @@ def plan_worker(resolved: Resolved, workdir: str) -> WorkerPlan:
         "no_new_privs": "no_new_privs" in mech,
         "landlock": {"dirs": [workdir, *writable["dirs"]], "files": files,
                      "late": BACKEND_LANDLOCK_LATE[resolved.backend]} if "landlock" in mech else None,
-        "seccomp": {"allow_sockets": BACKEND_SOCKETS_ALLOWED[resolved.backend]} if "seccomp" in mech else None,
+        "seccomp": {"allow_sockets": BACKEND_SOCKETS_ALLOWED[resolved.backend],
+                    "allow_processes": BACKEND_PROCESSES_ALLOWED[resolved.backend]} if "seccomp" in mech else None,
     }
     return WorkerPlan(resolved, uid, gid, tuple(prefix), self_setup)
 

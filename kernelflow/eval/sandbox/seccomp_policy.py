@@ -21,6 +21,11 @@ Denied, and why (the hack or escape each one stops):
   surface a kernel-writing submission never needs;
 - setuid/setgid/setreuid/setregid/setresuid/setresgid/setfsuid/setfsgid/setgroups, capset: no
   identity changes (there are no capabilities to gain, but there is nothing to lose by refusing).
+- with `allow_processes=False` (the interpreter backend: nothing there compiles, so nothing needs a child):
+  execve, execveat, fork, vfork, and clone without CLONE_THREAD: the worker cannot start a process at
+  all, so no work can happen in a child the in-process guard never sees (red team round 1, a09: a child
+  `python3` computed the answer on a memory-mapped file). Threads stay allowed. On CUDA, Triton forks and
+  execs `ptxas` for every compile, so there the worker keeps fork/exec.
 Not denied: kill/tkill/tgkill. Signals to processes outside the worker are stopped by Landlock's
 signal scope (ABI 6), by the distinct UID where the worker has one and by the PID namespace on
 interpret; a filter cannot express "inside my process group" for a positive pid without also
@@ -47,7 +52,11 @@ DENIED = (
 _NAMESPACE_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x00000080)
 
 
-def install(allow_sockets: bool = False) -> list[str]:
+_CLONE_THREAD = 0x00010000
+_PROCESS_CALLS = ("execve", "execveat", "fork", "vfork")
+
+
+def install(allow_sockets: bool = False, allow_processes: bool = True) -> list[str]:
     """Load the filter on every thread of this process; returns what it denies (names this arch knows)."""
     import pyseccomp as seccomp
 
@@ -66,5 +75,15 @@ def install(allow_sockets: bool = False) -> list[str]:
         f.add_rule(seccomp.ERRNO(errno.EPERM), "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
     f.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
     denied += ["clone(namespace flags)", "clone3"]
+    if not allow_processes:
+        for name in _PROCESS_CALLS:
+            try:
+                f.add_rule(seccomp.ERRNO(errno.EPERM), name)
+            except (RuntimeError, ValueError, OSError):  # fork/vfork do not exist on every architecture
+                continue
+            denied.append(name)
+        # clone without CLONE_THREAD is a new process (glibc's fork() is such a clone); threads set the flag
+        f.add_rule(seccomp.ERRNO(errno.EPERM), "clone", seccomp.Arg(0, seccomp.MASKED_EQ, _CLONE_THREAD, 0))
+        denied.append("clone(new process)")
     f.load()
     return denied
