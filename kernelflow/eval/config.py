@@ -238,10 +238,24 @@ def input_salt() -> int:
     return secrets.randbits(31)
 
 
+# Salted seeds stay below 2**62: generate_inputs adds a few million per extra input and must stay in int64.
+SALTED_SEED_BITS = 62
+
+
 def salted_seed(seed: int, salt: int) -> int:
     """A call's input seed: the declared seed with the judge's salt mixed in (the same seed, salt -> the same
-    inputs; another salt -> unrelated inputs). Salt 0 leaves the seed as declared."""
-    return int(seed) ^ (int(salt) << 24)
+    inputs; another salt -> unrelated inputs). Salt 0 leaves the seed as declared.
+
+    A keyed hash (BLAKE2b, the salt as its key) of the seed, so every bit of the seed that a generator
+    keeps depends on every bit of the salt. It was `seed ^ (salt << 24)`: PyTorch's CPU generator
+    (mt19937) keeps only the low 32 bits of its seed, so 23 of the salt's 31 bits were dropped there and
+    the interpreter's inputs took only 256 values per declared seed (issue #32 item 3); CUDA's Philox
+    keeps all 64."""
+    if int(salt) == 0:
+        return int(seed)
+    digest = hashlib.blake2b(int(seed).to_bytes(16, "little", signed=True), digest_size=8,
+                             key=int(salt).to_bytes(16, "little", signed=True), person=b"kf-input-seed").digest()
+    return int.from_bytes(digest, "little") & ((1 << SALTED_SEED_BITS) - 1)
 
 
 def config_hash(config: EvalConfig, evaluator_version: str) -> str:

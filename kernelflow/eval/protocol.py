@@ -30,10 +30,28 @@ Not covered here: what the fields mean for the verdict (the judge's checks decid
 
 from __future__ import annotations
 
+import builtins
 import json
 import re
 from dataclasses import MISSING, dataclass, fields
+from json import encoder as _json_encoder
 from typing import Any
+
+# The worker encodes with what existed when it imported this module, before any submission: a private
+# copy of the builtins and json's C encoder built once (a replaced `json.dumps`, `JSONEncoder` method
+# or `builtins.isinstance` cannot rewrite a report; the red team's rt_forged_report_json).
+__builtins__ = dict(vars(builtins))
+
+
+def _refuse(obj: Any) -> Any:
+    raise TypeError(f"not JSON-serialisable: {type(obj).__name__}")
+
+
+_C_ENCODER = _json_encoder.c_make_encoder
+_ENCODE = (_C_ENCODER(None, _refuse, _json_encoder.c_encode_basestring_ascii, None, ": ", ", ", False, False, False)
+           if _C_ENCODER is not None and _json_encoder.c_encode_basestring_ascii is not None else None)
+_DUMPS = json.dumps
+_JOIN = "".join
 
 MAX_FRAME = 64 << 10  # a control message; output and input bytes travel as separate raw frames
 MAX_DEPTH = 8
@@ -155,7 +173,9 @@ def encode(msg: Any) -> bytes:
         value = getattr(msg, f.name)
         payload[f.name] = {g.name: getattr(value, g.name) for g in fields(value)} \
             if isinstance(value, SharedOutput) else value
-    return json.dumps(payload).encode()
+    if _ENCODE is None:  # pragma: no cover - a Python without json's C accelerator
+        return _DUMPS(payload).encode()
+    return _JOIN(_ENCODE(payload, 0)).encode()
 
 
 def _depth(obj: Any, limit: int) -> None:

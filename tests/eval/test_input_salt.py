@@ -7,10 +7,14 @@ process mixed in. Covered: the salt's source and mixing, and that answer table e
 static checks off, so only the salt stands in its way): ok without the salt, incorrect with it.
 """
 
+import random
+
 import pytest
+import torch
 
 from kernelflow.eval import EvalConfig, Evaluator
 from kernelflow.eval.config import INPUT_SALT_ENV, input_salt, salted_seed
+from kernelflow.tasks import generate_inputs
 
 ANSWER_TABLE = '''
 import torch
@@ -52,6 +56,39 @@ def test_salt_zero_keeps_the_declared_seed_and_other_salts_move_it():
     assert salted_seed(5, 0) == 5
     assert len({salted_seed(5, s) for s in (1, 2, 3, 12345)}) == 4
     assert salted_seed(5, 7) != salted_seed(6, 7)
+
+
+def _distinct_inputs(device: str, salts: list[int], seed: int = 0) -> int:
+    """How many different first inputs one declared seed gives under `salts` (a small signed_wide draw)."""
+    draws = {generate_inputs([(64,)], salted_seed(seed, s), "signed_wide", device)[0].cpu().numpy().tobytes()
+             for s in salts}
+    return len(draws)
+
+
+def _random_salts(n: int) -> list[int]:
+    rng = random.Random(32)  # fixed: the test is about the generator, not about this draw
+    return [rng.getrandbits(31) | 1 for _ in range(n)]
+
+
+def test_every_bit_of_the_salt_reaches_the_cpu_generator():
+    """Issue #32 item 3: the CPU generator (mt19937) keeps only its seed's low 32 bits, and the salt used to
+    be shifted left by 24, so salts that differ only above their 8th bit gave the same inputs there."""
+    assert _distinct_inputs("cpu", [1, 1 + (1 << 8), 1 + (1 << 20), 1 + (1 << 30)]) == 4
+    assert _distinct_inputs("cpu", _random_salts(64)) == 64  # was at most 256 values: 64 salts collided
+
+
+@pytest.mark.gpu
+def test_every_bit_of_the_salt_reaches_the_cuda_generator():
+    assert _distinct_inputs("cuda", [1, 1 + (1 << 8), 1 + (1 << 20), 1 + (1 << 30)]) == 4
+    assert _distinct_inputs("cuda", _random_salts(64)) == 64
+
+
+def test_the_same_seed_and_salt_draw_the_same_inputs_and_salted_seeds_fit_int64():
+    salt = 0x5A5A_1234
+    a = generate_inputs([(64,), (8, 8)], salted_seed(3, salt), "signed_wide", "cpu")
+    b = generate_inputs([(64,), (8, 8)], salted_seed(3, salt), "signed_wide", "cpu")
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    assert all(0 <= salted_seed(seed, s) < 2**62 for seed in (0, 1, 2**40, -5) for s in _random_salts(16))
 
 
 def test_the_salt_is_secret_by_default_and_fixed_only_on_request(monkeypatch):

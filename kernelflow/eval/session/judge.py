@@ -37,6 +37,7 @@ from kernelflow.eval.clock.gated_clock import (
 )
 from kernelflow.eval.config import EvalConfig
 from kernelflow.eval.correctness import CompareResult
+from kernelflow.eval.feedback import worker_text
 from kernelflow.eval.session.buffers import SharedInputs, import_output, unlink_ref_counters
 from kernelflow.eval.session.checks import RUNTIME_CHECKS, CallFacts, first_failure
 from kernelflow.eval.session.ipc_arena import ArenaPool
@@ -47,6 +48,17 @@ from kernelflow.eval.session.references import ReferenceSide
 from kernelflow.eval.session.worker_handle import SpawnSpec, WorkerStartError
 from kernelflow.eval.verdict import Check, Status
 from kernelflow.tasks import Task, generate_inputs
+
+
+def clean_outcome(outcome: SessionOutcome, cache_dir: str | None = None) -> SessionOutcome:
+    """`outcome` with its detail, output tail and every check's text passed through `worker_text`: the worker's
+    messages, exit status and output reach a verdict only this way (issue #32 item 4)."""
+    extra = (cache_dir,) if cache_dir else ()
+    outcome.detail = worker_text(outcome.detail, 4000, extra)
+    outcome.log_tail = worker_text(outcome.log_tail, 1000, extra)
+    outcome.checks = {name: replace(c, why=worker_text(c.why, 1500, extra)) if c.why else c
+                      for name, c in outcome.checks.items()}
+    return outcome
 
 
 class JudgeSession:
@@ -81,6 +93,10 @@ class JudgeSession:
 
     # ---- the whole session -----------------------------------------------------------------------
     def run(self) -> SessionOutcome:
+        """The session's outcome, every worker-derived text in it cleaned (feedback.worker_text)."""
+        return clean_outcome(self._run_guarded(), self.config.cache_dir)
+
+    def _run_guarded(self) -> SessionOutcome:
         start = time.monotonic()
         self.link.deadline = start + self.config.timeout_s
         try:
@@ -117,6 +133,14 @@ class JudgeSession:
                 why = f"the worker could not be started: {exc}"
                 return SessionOutcome(Status.EVALUATOR_ERROR.value, {"worker_started": Check(False, why)}, why)
             return self.link.death_outcome("the evaluation", self.config.output_limit_mb)
+        except Exception:
+            # Anything else with the worker already dead is its death, seen late (a reply cut short, a
+            # frame the judge then tripped over): the submission's outcome, never an evaluator error.
+            # With the worker alive it is the judge's own fault and stays one (evaluator.py).
+            proc = self.link.proc
+            if proc is not None and proc.poll() is not None:
+                return self.link.death_outcome("the evaluation", self.config.output_limit_mb)
+            raise
         finally:
             clean = self.link.dismiss()
             self.link.close()

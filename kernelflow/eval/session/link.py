@@ -46,6 +46,16 @@ class SessionOutcome:
     log_tail: str = ""
 
 
+def signal_name(number: int) -> str:
+    """A signal's name for any number a worker can die from (the real-time ones 35-63 have no enum member:
+    `signal.Signals(40)` raised, and a worker's own death became an evaluator error)."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        rt_min, rt_max = getattr(signal, "SIGRTMIN", 34), getattr(signal, "SIGRTMAX", 64)
+        return f"SIGRTMIN+{number - rt_min}" if rt_min < number < rt_max else f"signal {number}"
+
+
 class CallLimit(TimeoutError):
     """One call ran past its own limit (plan.call_limit_s), before the session's timeout."""
 
@@ -199,7 +209,9 @@ class WorkerLink:
         if code == -signal.SIGXFSZ or size >= (output_limit_mb << 20):
             why = f"the worker printed more than {output_limit_mb} MB and was stopped"
         elif code is not None and code < 0:
-            why = f"the worker died from signal {signal.Signals(-code).name} during {phase}"
+            why = f"the worker died from signal {signal_name(-code)} during {phase}"
+        elif code is None:
+            why = f"the worker closed its channel during {phase} without a result"
         else:
             why = f"the worker exited (status {code}) during {phase} without a result"
         return SessionOutcome(Status.CRASHED.value, {"worker_alive": Check(False, why)}, why, log_tail=self.log_tail())

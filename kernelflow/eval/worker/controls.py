@@ -10,7 +10,9 @@
   CUDA it wraps the driver's launcher class (`CudaLauncher`), through which every Triton launch goes,
   `JITFunction.run` and a compiled kernel's `CompiledKernel[grid](...)` / `.run(...)` alike.
 - `identity_snapshot()`: ids of the functions and classes a submission could replace to fake a
-  launch or hide PyTorch work.
+  launch or hide PyTorch work, and of every attribute of the classes the worker's own code or its
+  channel goes through (`torch.Tensor`, storages, CUDA streams and events, `Connection`, the json
+  encoder); `tampered_names` compares two snapshots (changed, added and removed entries).
 
 These run inside the worker, so the submission's Python can reach them: they are a cheap first layer
 that catches what honest-looking code does, backed by the static checks (which reject the names that
@@ -23,6 +25,10 @@ from __future__ import annotations
 import json
 import threading
 import time
+
+from kernelflow.eval.worker.refs import frozen_builtins
+
+__builtins__ = frozen_builtins()  # worker/refs.py: builtins rebound by the submission change nothing here
 
 # Aten ops a forward may run: allocation, fills, views and shape queries. Anything else is PyTorch
 # doing the task's work (the kernel must do it). Not `_local_scalar_dense` (`float(t)`, `t.item()`): it
@@ -127,6 +133,11 @@ def make_guard(counter: LaunchCounter, interpreter: bool):
     allowed_aten, interpreter_own = frozenset(ALLOWED_ATEN), frozenset(INTERPRETER_OWN)
     host_escapes, max_view_fills = tuple(HOST_ESCAPES), int(MAX_VIEW_FILLS)
     fills = frozenset({"fill_", "zero_"})
+    # Taken before any submission (worker/refs.py): the canary and the view test must not call what a
+    # submission may have replaced since, and the host escapes are put back to these originals.
+    tensor_cls, zeros, add_, is_view = torch.Tensor, torch.zeros, torch._C.TensorBase.add_, torch._C.TensorBase._is_view
+    escape_originals = {n: getattr(torch.Tensor, n) for n in host_escapes}
+    own_escapes = frozenset(n for n in host_escapes if n in vars(torch.Tensor))  # the rest are inherited
 
     class DispatchGuard(TorchDispatchMode):
         """Records every aten op outside the allow-list while forward runs (see the module docstring)."""
@@ -148,7 +159,7 @@ def make_guard(counter: LaunchCounter, interpreter: bool):
                 allowed = name in interpreter_own
             else:
                 allowed = name in allowed_aten or name.rstrip("_") in allowed_aten
-                if name in fills and args and isinstance(args[0], torch.Tensor) and args[0]._is_view():
+                if name in fills and args and isinstance(args[0], tensor_cls) and is_view(args[0]):
                     self.view_fills += 1
                     if self.view_fills > max_view_fills:
                         allowed = False
@@ -160,16 +171,16 @@ def make_guard(counter: LaunchCounter, interpreter: bool):
         def check_canary(self) -> bool:
             """Run one op the guard must see; False if the guard no longer intercepts (popped or disabled).
             On the host: the op only has to pass through the dispatcher, not run on the device."""
-            self.canary = torch.zeros(1)
-            self.canary.add_(1)
+            self.canary = zeros(1)
+            add_(self.canary, 1)
             self.canary = None
             return self.canary_seen
 
         def __enter__(self):
             # Block the host escapes too: values pulled out to numpy or lists dispatch no aten op.
-            self._saved = {n: getattr(torch.Tensor, n) for n in host_escapes}
+            self._saved = escape_originals
             for n, original in self._saved.items():
-                setattr(torch.Tensor, n, self._blocked(n, original))
+                setattr(tensor_cls, n, self._blocked(n, original))
             return super().__enter__()
 
         def __exit__(self, *exc):
@@ -177,7 +188,10 @@ def make_guard(counter: LaunchCounter, interpreter: bool):
                 return super().__exit__(*exc)
             finally:
                 for n, original in self._saved.items():
-                    setattr(torch.Tensor, n, original)
+                    if n in own_escapes:
+                        setattr(tensor_cls, n, original)
+                    else:  # inherited from the C base: leave torch.Tensor's own attributes as they were
+                        delattr(tensor_cls, n)
 
         def _blocked(self, n, original):
             guard = self
@@ -228,7 +242,36 @@ def identity_snapshot(guard_cls: type | None = None) -> dict[str, int]:
         dispatch = guard_cls.__dict__["__torch_dispatch__"]
         for var, cell in zip(dispatch.__code__.co_freevars, dispatch.__closure__ or (), strict=True):
             targets[f"DispatchGuard.__torch_dispatch__ closure {var}"] = cell.cell_contents
-    return {name: id(obj) for name, obj in targets.items()}
+    snapshot = {name: id(obj) for name, obj in targets.items()}
+    for cls in _watched_classes(torch):
+        for name, value in list(vars(cls).items()):
+            snapshot[f"{cls.__module__}.{cls.__qualname__}.{name}"] = id(value)
+    for module in (json, json.encoder):
+        for name, value in list(vars(module).items()):
+            if callable(value):
+                snapshot[f"{module.__name__}.{name}"] = id(value)
+    return snapshot
+
+
+def _watched_classes(torch) -> list[type]:
+    """The Python classes whose attributes the worker's code, its channel or torch's dispatch of the
+    worker's calls go through after forward: a replaced attribute of one of them is tampering."""
+    from multiprocessing import connection
+
+    classes = [torch.Tensor, torch.UntypedStorage, torch.TypedStorage, connection.Connection,
+               connection._ConnectionBase, json.JSONEncoder]
+    for name in ("Stream", "Event"):
+        cls = getattr(torch.cuda, name, None)
+        if isinstance(cls, type):
+            classes.append(cls)
+    return classes
+
+
+def tampered_names(before: dict[str, int], after: dict[str, int]) -> list[str]:
+    """Entries of `identity_snapshot` changed, added or removed between two snapshots (20 at most)."""
+    changed = [k for k, v in after.items() if before.get(k) != v]
+    removed = [k for k in before if k not in after]
+    return (changed + removed)[:20]
 
 
 def os_thread_count() -> int:

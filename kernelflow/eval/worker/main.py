@@ -34,8 +34,21 @@ import time
 from multiprocessing.connection import Client
 
 from kernelflow.eval import protocol
-from kernelflow.eval.worker.controls import LaunchCounter, Tripwires, identity_snapshot, make_guard, os_thread_count
+from kernelflow.eval.worker.controls import (
+    LaunchCounter,
+    Tripwires,
+    identity_snapshot,
+    make_guard,
+    os_thread_count,
+    tampered_names,
+)
+from kernelflow.eval.worker.refs import FrameWriter, Refs, frozen_builtins
 from kernelflow.eval.worker.submission import is_compile_error, load_submission, output_problem, trim_traceback
+
+# A private copy of the builtins (worker/refs.py): a submission that rebinds `builtins.type`, `len` or
+# `isinstance` changes nothing this module calls. Before the first def: functions take it when defined.
+__builtins__ = frozen_builtins()
+_perf_counter, _active_count, _collect = time.perf_counter, threading.active_count, gc.collect
 
 
 class Report(Exception):
@@ -61,6 +74,10 @@ class Worker:
 
         self.torch = torch
         self.conn = conn
+        # Every frame the worker sends goes through this writer, and every tensor, storage and CUDA call
+        # after the submission's import through `refs`: both captured now, before any submission exists.
+        self.write = FrameWriter(conn.fileno())
+        self.refs = Refs(torch)
         self.backend = setup["backend"]
         self.device = torch.device(setup["device"])
         self.cuda = self.device.type == "cuda"
@@ -78,7 +95,7 @@ class Worker:
         self.pending_hooks: list[str] = []  # hooks found and removed between calls, reported with the next
 
     def send(self, msg) -> None:
-        self.conn.send_bytes(protocol.encode(msg))
+        self.write(protocol.encode(msg))
 
     # ---- start-up -------------------------------------------------------------------------------
     def warm(self, t0: float) -> None:
@@ -134,7 +151,7 @@ class Worker:
     def start(self) -> None:
         torch = self.torch
         self.identities = identity_snapshot(self.guard_cls)
-        import_start = time.perf_counter()
+        import_start = _perf_counter()
         try:
             module = load_submission(self.module_name, self.submission_path)
         except BaseException as exc:  # noqa: BLE001 - any failure of the submission's import is reported
@@ -154,7 +171,7 @@ class Worker:
         # A hook set at import or in the constructor would run between calls, where the next call's inputs
         # are in reach and no guard runs: removed now, reported with the first call.
         self.pending_hooks = self._hooks_removed()
-        self.send(protocol.Ready(self.warmup_s, time.perf_counter() - import_start))
+        self.send(protocol.Ready(self.warmup_s, _perf_counter() - import_start))
 
     # ---- calls ----------------------------------------------------------------------------------
     def _hooks_removed(self) -> list[str]:
@@ -182,7 +199,7 @@ class Worker:
                 for raw, shape in zip(msg["input_bytes"], msg["shapes"], strict=True)]
 
     def call(self, msg: dict) -> None:
-        torch = self.torch
+        torch, refs = self.torch, self.refs
         hooks, self.pending_hooks = self._more_hooks(self.pending_hooks), []
         inputs = self._inputs_for(msg)
         expected_shape = tuple(msg["out_shape"])
@@ -191,9 +208,10 @@ class Worker:
         guard = self.guard_cls()
         if self.cuda:
             # Nothing of this call may run before the judge's clock starts: the gate opens right after it.
-            torch.cuda.current_stream().wait_event(self.gate)
+            with refs.no_torch_function():
+                refs.stream_wait_event(refs.current_stream(), self.gate)
             self.seq = int(msg["seq"])
-        t0 = time.perf_counter()
+        t0 = _perf_counter()
         self.tripwires.tripped.clear()
         self.tripwires.armed = True
         snapshot = None
@@ -202,11 +220,12 @@ class Worker:
                 out = self.model(*inputs)
                 hooks = self._more_hooks(hooks)  # first, still inside the guard
                 canary = guard.check_canary()  # on the host: no GPU op inside the judge's window
-                problem = output_problem(self.torch, out, inputs, expected_shape, msg["out_dtype"])
+                problem = output_problem(refs, out, inputs, expected_shape, msg["out_dtype"])
                 if problem is None and not self.cuda:
-                    # What the judge reads, taken now: nothing the submission left behind (a finaliser, a
-                    # hook we missed) can change it once the worker's own code runs. `clone` is allowed.
-                    snapshot = [out.detach().clone()] + [x.detach().clone() for x in inputs]
+                    # What the judge reads, taken now as immutable bytes through the captured C accessors:
+                    # nothing the submission left behind (a finaliser, a hook we missed, a replaced Tensor
+                    # method, a function mode) can change it once the worker's own code runs.
+                    snapshot = [refs.as_bytes(out)] + [refs.as_bytes(x) for x in inputs]
         except BaseException as exc:  # noqa: BLE001 - reported, never raised
             self._hooks_removed()
             self.tripwires.armed = False
@@ -215,20 +234,22 @@ class Worker:
             kind = "compile_error" if is_compile_error(exc) and msg.get("first") else "runtime_error"
             text = trim_traceback(exc, self.submission_path)
             if isinstance(exc, SystemExit):
-                text = f"the submission tried to exit the process (SystemExit {exc.code!r})"
+                text = "the submission tried to exit the process (SystemExit)"
             self.send(protocol.CallFailed(kind, text, guard.violations[:20], not signalled or
-                                          "CUDA error" in str(exc) or "illegal" in str(exc).lower()))
+                                          "CUDA error" in text or "illegal" in text.lower()))
             if self.cuda and signalled:
                 self._settle()
             return
         self.tripwires.armed = False
         guard.violations.extend(self.tripwires.tripped)
-        host_ms = (time.perf_counter() - t0) * 1e3
+        host_ms = (_perf_counter() - t0) * 1e3
         # Everything on the host happens before DONE and the reply goes right after it: the judge queues
         # its END when the reply arrives, and host work of ours in between would sit inside its window
         # while the GPU idles (measured on the H200: every control read 1.4-2 ms slow). The GPU is still
         # behind the gate here as long as the judge's spin outlasts this path (clock/gated_clock.py).
-        tampered = [k for k, v in identity_snapshot(self.guard_cls).items() if self.identities.get(k) != v]
+        tampered = tampered_names(self.identities, identity_snapshot(self.guard_cls))
+        if refs.function_modes():  # a TorchFunctionMode left entered sees every torch call of the process
+            tampered.append("a TorchFunctionMode left active")
         if not self.counter.intact():
             tampered.append("triton launch methods")
         shared = nbytes = None
@@ -242,18 +263,18 @@ class Worker:
                     self.send(protocol.CallFailed("runtime_error", problem, guard.violations[:20], True))
                     return
             else:
-                nbytes = out.numel() * out.element_size()
+                nbytes = len(snapshot[0])
         hooks = self._more_hooks(hooks)  # one set again after the guard (a finaliser, say)
         if self.cuda and not self._signal():
             self.send(protocol.CallFailed("runtime_error", self.fault, guard.violations[:20], True))
             return
         self.send(protocol.Called(problem, self.counter.own - launches0, self.counter.other - foreign0,
-                                  [v[:200] for v in guard.violations[:20]], threading.active_count(),
+                                  [v[:200] for v in guard.violations[:20]], _active_count(),
                                   os_thread_count(), tampered[:20], canary, host_ms, shared, nbytes, hooks))
         if problem is None and not self.cuda:
             # the output, then each input (the judge checks they were left unchanged), as forward left them
-            for t in snapshot:
-                self.conn.send_bytes(t.contiguous().numpy().tobytes())
+            for data in snapshot:
+                self.write(data)
         if self.cuda:
             self._settle()
         self.pending_hooks = self._hooks_removed()  # none may run until the next call: reported with it
@@ -264,7 +285,8 @@ class Worker:
     def _signal(self) -> bool:
         """Write this call's done value into the judge's flag behind forward's work; False if CUDA refused."""
         try:
-            self.flag.fill_(self.seq)
+            with self.refs.no_torch_function():
+                self.refs.fill_(self.flag, self.seq)
             return True
         except Exception as exc:  # noqa: BLE001 - a sticky fault of this context (an illegal address)
             self.fault = f"the kernel failed on the GPU: {type(exc).__name__}: {exc}"[:1500]
@@ -275,21 +297,25 @@ class Worker:
 
         Host-side only, after the reply: the judge's END does not wait for this, only for the flag."""
         try:
-            self.torch.cuda.current_stream().synchronize()
+            with self.refs.no_torch_function():
+                self.refs.stream_synchronize(self.refs.current_stream())
         except Exception as exc:  # noqa: BLE001
             self.send(protocol.GpuFault(f"{type(exc).__name__}: {exc}"[:1500]))
 
     def _export(self, out):
         """The output's CUDA storage exported for the judge (kept alive until the next call)."""
+        refs = self.refs
         try:
-            storage = out.untyped_storage()
-            _dev, handle, size, offset, ref, ref_offset, event, sync = storage._share_cuda_()
+            with refs.no_torch_function():
+                storage = refs.untyped_storage(out)
+                _dev, handle, size, offset, ref, ref_offset, event, sync = refs.share_cuda(storage)
+                element_offset = refs.storage_offset(out)
         except Exception as exc:  # noqa: BLE001 - e.g. memory the caching allocator does not own
             return None, f"the output's memory cannot be shared with the judge ({type(exc).__name__}: {exc})"[:1500]
         self.outputs = [out]
         return protocol.SharedOutput(self.device.index or 0, bytes(handle).hex(), int(size), int(offset),
                                      bytes(ref).decode(errors="replace"), int(ref_offset),
-                                     bytes(event or b"").hex(), bool(sync), int(out.storage_offset())), None
+                                     bytes(event or b"").hex(), bool(sync), int(element_offset)), None
 
     def map_buffers(self, msg: dict) -> None:
         self.buffers[msg["slot"]] = list(msg["inputs"])
@@ -313,9 +339,9 @@ class Worker:
             self.buffers.clear()
             self.outputs = []
             self.model = None  # the submission may keep references to its inputs
-            gc.collect()
-            if self.torch.cuda.is_initialized():
-                self.torch.cuda.synchronize()
+            _collect()
+            if self.refs.cuda_initialized():
+                self.refs.cuda_synchronize()
             return True
         except BaseException:  # noqa: BLE001 - whatever the submission left behind, the verdict is already out
             return False

@@ -10,9 +10,10 @@ Three pieces of `worker/main.py`'s process-side harness that look at the submiss
 
 Threat model: like `worker/main.py`, this runs in the submission's process, where the submission's
 Python can reach and replace it. Nothing here decides a verdict alone: the judge reads the outputs
-itself and compares them (session/). `output_problem` takes the worker's `torch` (imported before
-the submission ran) instead of importing it, so a submission that swaps `sys.modules["torch"]`
-does not change what is checked. The module imports nothing heavy: the worker confines itself before torch is imported.
+itself and compares them (session/). `output_problem` takes the accessors the worker captured
+before the submission ran (worker/refs.py), so neither a swapped `sys.modules["torch"]` nor a replaced
+`torch.Tensor` method changes what is checked.
+The module imports nothing heavy: the worker confines itself before torch is imported.
 It does not talk to the judge (worker/main.py, protocol.py).
 """
 
@@ -24,9 +25,23 @@ import sys
 import traceback
 import types
 
+from kernelflow.eval.worker.refs import frozen_builtins
+
+__builtins__ = frozen_builtins()  # worker/refs.py: builtins rebound by the submission change nothing here
+
 
 def trim_traceback(exc: BaseException, submission_path: str, limit: int = 1500) -> str:
-    """The exception with only the submission's own frames, so line numbers are the model's."""
+    """The exception with only the submission's own frames, so line numbers are the model's.
+
+    Never raises: an exception whose `__str__` (or its class's name) raises is described by its type's
+    qualified name only; the judge cleans whatever text arrives (feedback.worker_text)."""
+    try:
+        return _trimmed(exc, submission_path, limit)
+    except BaseException:  # noqa: BLE001 - the submission's exception object runs its own code here
+        return "an exception whose message cannot be shown (its __str__ failed)"
+
+
+def _trimmed(exc: BaseException, submission_path: str, limit: int) -> str:
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == submission_path]
     lines = [f"  line {f.lineno}, in {f.name}: {(f.line or '').strip()}" for f in frames[-6:]]
     head = f"{type(exc).__name__}: {exc}"
@@ -35,7 +50,10 @@ def trim_traceback(exc: BaseException, submission_path: str, limit: int = 1500) 
 
 
 def is_compile_error(exc: BaseException) -> bool:
-    names = {c.__name__ for c in type(exc).__mro__}
+    try:
+        names = {str(c.__name__) for c in type(exc).__mro__}
+    except BaseException:  # noqa: BLE001 - a metaclass of the submission's may raise here
+        return False
     return bool(names & {"CompilationError", "CompileTimeAssertionFailure", "InterpreterError", "SyntaxError",
                          "ImportError", "NameError", "UnsupportedLanguageConstruct"})
 
@@ -74,27 +92,33 @@ def load_submission(name: str, path: str):
     return module
 
 
-def output_problem(torch, out, inputs, shape: tuple, dtype: str) -> str | None:
+def output_problem(refs, out, inputs, shape: tuple, dtype: str) -> str | None:
     """Why the output cannot be accepted as a plain, owned result tensor (None if it can).
 
-    `torch` is the worker's own module object (see the module docstring)."""
-    if type(out) is not torch.Tensor:
-        return f"forward returned {type(out).__name__}, expected a plain torch.Tensor"
-    if tuple(out.shape) != shape:
-        return f"output shape {tuple(out.shape)}, expected {shape}"
-    if out.dtype != getattr(torch, dtype):
-        return f"output dtype {out.dtype}, expected torch.{dtype}"
-    if out.device != (inputs[0].device):
-        return f"output on {out.device}, expected {inputs[0].device}"
-    if not out.is_contiguous():
-        return "output is not contiguous (strides " + str(out.stride()) + ")"
-    if out.untyped_storage().nbytes() < out.numel() * out.element_size():
-        return "output does not own storage for all its elements"
-    o0 = out.untyped_storage().data_ptr()
-    o1 = o0 + out.untyped_storage().nbytes()
-    for t in inputs:
-        i0 = t.untyped_storage().data_ptr()
-        i1 = i0 + t.untyped_storage().nbytes()
-        if o0 < i1 and i0 < o1:
-            return "output shares memory with an input; write the result to a new tensor"
+    `refs` are the accessors the worker captured before the submission existed (worker/refs.py): a
+    replaced `torch.Tensor` method, a rebound `torch.Tensor`, a subclass or an object whose `__class__`
+    was replaced cannot answer these questions for the submission. Everything runs with torch
+    function handling off, so no function mode the submission left active sees it either."""
+    kind = refs.type(out)
+    if kind is not refs.tensor:
+        return f"forward returned {getattr(kind, '__name__', '?')!s:.80}, expected a plain torch.Tensor"
+    with refs.no_torch_function():
+        got_shape = tuple(refs.size(out))
+        if got_shape != shape:
+            return f"output shape {got_shape}, expected {shape}"
+        if refs.dtype(out) is not refs.dtypes.get(dtype):
+            return f"output dtype {refs.dtype(out)}, expected torch.{dtype}"
+        if refs.device(out) != refs.device(inputs[0]):
+            return f"output on {refs.device(out)}, expected {refs.device(inputs[0])}"
+        if not refs.is_contiguous(out):
+            return "output is not contiguous (strides " + str(refs.stride(out)) + ")"
+        storage = refs.untyped_storage(out)
+        o0, size = refs.data_ptr(storage), refs.nbytes(storage)
+        if size < (refs.storage_offset(out) + refs.numel(out)) * refs.element_size(out):
+            return "output does not own storage for all its elements"
+        for t in inputs:
+            s = refs.untyped_storage(t)
+            i0 = refs.data_ptr(s)
+            if o0 < i0 + refs.nbytes(s) and i0 < o0 + size:
+                return "output shares memory with an input; write the result to a new tensor"
     return None
