@@ -338,7 +338,7 @@ class Evaluator:
     def _verdict(self, task: Task, config: EvalConfig, code: str | None, status: str, checks: dict[str, Check],
                  detail: str, wall: WallTime | None = None, log_tail: str = "", **fields) -> Verdict:
         correct = status == Status.OK.value
-        checks = {**checks, "isolation": Check(True, self.isolation.describe())}
+        checks = {**checks, "isolation": Check(True, self.isolation.describe(reasons=False))}
         reward = compute_reward(correct, fields.get("t_min_ms"), fields.get("runtime_ms"), config.reward)
         feedback = build_feedback(
             status, detail, checks, fields.get("runtime_ms"), fields.get("t_min_ms"), fields.get("roofline_fraction"),

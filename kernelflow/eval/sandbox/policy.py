@@ -202,10 +202,14 @@ class Resolved:
     def level(self) -> str:
         return level_of(self.mechanisms)
 
-    def describe(self) -> str:
+    def describe(self, reasons: bool = True) -> str:
+        """The level and its mechanisms; `reasons=False` names the missing mechanisms without saying why (the
+        why names the judge's paths, which a verdict must not carry: it goes to logs and `info()`)."""
         text = f"{self.level} ({', '.join(self.mechanisms) or 'no mechanisms'})"
-        if self.missing:
+        if self.missing and reasons:
             text += "; missing here: " + "; ".join(f"{m}: {why}" for m, why in self.missing.items())
+        elif self.missing:
+            text += "; missing here: " + ", ".join(self.missing)
         return text
 
 

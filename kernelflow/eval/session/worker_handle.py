@@ -203,7 +203,7 @@ class WorkerHandle:
         lacking = set(self.isolation.self_applied) - set(msg.applied)
         if msg.error or lacking:
             raise WorkerStartError(f"the worker could not confine itself ({msg.error or sorted(lacking)}); "
-                                   f"planned isolation: {self.isolation.resolved.describe()}")
+                                   f"planned isolation: {self.isolation.resolved.describe(reasons=False)}")
 
     def _warm_recording(self, deadline: float) -> None:
         try:
