@@ -138,6 +138,10 @@ class Expressions:
         what = _EXPR_NAMES.get(type(node), type(node).__name__)
         raise Refusal(node, "host-statements", f"{what} ({_src(node, 40)[1:-1]})")
 
+    def _op_prefix(self, q: str) -> bool:
+        """Whether `q` is a module on the way to one of the task's allowed ops (`torch.nn.functional`)."""
+        return any(op.startswith(q + ".") for op in self.allowed_ops)
+
     @staticmethod
     def _join(kinds: list[str]) -> str:
         return "tensor" if "tensor" in kinds else "value"
@@ -183,7 +187,8 @@ class Expressions:
             q = f"{base[4:]}.{node.attr}"
             if q in T.MODULE_VALUES:
                 return "value"
-            if q in T.MODULES or q in T.MODULE_CALLS or q in T.KERNEL_DECORATORS or q in self.allowed_ops:
+            if q in T.MODULES or q in T.MODULE_CALLS or q in T.KERNEL_DECORATORS or q in self.allowed_ops \
+                    or self._op_prefix(q):
                 return f"mod:{q}"
         elif base == "self":
             if node.attr in self.methods:

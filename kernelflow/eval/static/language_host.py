@@ -98,14 +98,15 @@ class Host(Expressions):
             return  # a docstring
         if isinstance(n, ast.Import):
             for a in n.names:
-                if a.name not in T.MODULES:
+                if a.name not in T.MODULES and not self._op_prefix(a.name):
                     raise Refusal(n, "imports", f"`import {a.name}`")
         elif isinstance(n, ast.ImportFrom):
             for a in n.names:
                 full = f"{n.module}.{a.name}"
                 known = full in T.MODULES or full in T.MODULE_CALLS or full in T.MODULE_VALUES \
                     or full in T.KERNEL_DECORATORS or full in self.allowed_ops
-                if n.level or n.module not in T.MODULES or a.name == "*" or not known:
+                known = known or self._op_prefix(full)
+                if n.level or not (n.module in T.MODULES or self._op_prefix(n.module)) or a.name == "*" or not known:
                     raise Refusal(n, "imports", f"`from {'.' * n.level}{n.module or ''} import {a.name}`")
         elif isinstance(n, ast.Assign | ast.AnnAssign) and n.value is not None:
             scope = Scope()
@@ -205,7 +206,12 @@ class Host(Expressions):
             if s.value is not None and self._value(s.value, sc) == "tensor":
                 self.returns_tensor.add(sc.key)
         elif isinstance(s, ast.Assign):
-            kind = self._value(s.value, sc)
+            try:
+                kind = self._value(s.value, sc)
+            except Refusal:
+                for t in s.targets:  # bind the names anyway: one refusal, not one per later use
+                    sc.locals |= {x.id for x in ast.walk(t) if isinstance(x, ast.Name)}
+                raise
             for t in s.targets:
                 self._target(t, kind, s.value, sc)
         elif isinstance(s, ast.AnnAssign):
