@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from kernelflow.eval.static import language_table as T
+from kernelflow.eval.static import language as T
 
 _EXPR_NAMES = {ast.NamedExpr: "`:=`", ast.Await: "await", ast.Yield: "yield", ast.YieldFrom: "yield from"}
 _FIRST_CLASS = ("tensor", "value", "meta")

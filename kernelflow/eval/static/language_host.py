@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ast
 
-from kernelflow.eval.static import language_table as T
+from kernelflow.eval.static import language as T
 from kernelflow.eval.static.language_exprs import Expressions, Refusal, Scope, _dunder, _src
 
 _PASSES = 4  # taint crosses one call boundary per pass; wrappers nest helpers at most a level or two
@@ -48,7 +48,7 @@ class Host(Expressions):
         self._collect()
         for _ in range(_PASSES):
             before = self._state()
-            self.refusals = []
+            self.refusals, self.kernel_count = [], 0
             for stmt in self.tree.body:
                 self._guard(self._top, stmt)
             if self._state() == before:
