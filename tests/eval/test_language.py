@@ -198,3 +198,13 @@ def test_static_off_fixtures_are_refused_when_static_checks_are_on():
     assert len(off) >= 20
     for f in off:
         assert first_failure(run_static_checks(f.source)) is not None, f.name
+
+
+def test_the_prompt_states_the_language_and_a_tasks_allowed_ops():
+    from kernelflow.tasks.prompts import EXAMPLE_SOLUTION, build_prompt_text
+
+    task = TASKS["19_ReLU"]
+    assert "allow-listed language" in build_prompt_text(task) and "also allows" not in build_prompt_text(task)
+    conv = replace(task, allowed_ops=("torch.nn.functional.conv2d",))
+    assert "This task also allows: torch.nn.functional.conv2d." in build_prompt_text(conv)
+    assert _lang(EXAMPLE_SOLUTION).passed  # the prompt's own example is in the language

@@ -83,6 +83,7 @@ MODULE_VALUES = {
     **{f"torch.{d}": "a dtype, to allocate with" for d in _DTYPES},
     **{f"triton.language.{d}": "a dtype, to pass to a kernel" for d in _DTYPES if d not in ("half", "long", "double")},
     "torch.Tensor": "an annotation (`x: torch.Tensor`)",
+    "torch.contiguous_format": "a memory format, to allocate with", "torch.preserve_format": "a memory format",
     "math.pi": "a number", "math.e": "a number", "math.inf": "a number",
 }
 
