@@ -21,8 +21,9 @@ as a second layer after this one); what the code does at run time (the worker's 
 launch counter and the judge's fresh inputs). A task may name library ops that stay allowed
 (`Task.allowed_ops`, e.g. `torch.nn.functional.conv2d` for a fused epilogue); they return tensors.
 
-Why not RestrictedPython: it rewrites Python into guarded bytecode and relies on run-time guard
-functions (`_getattr_`, `_getitem_`) inside the process that executes the code, which is the process
+Why not RestrictedPython (PyPI, zopefoundation; checked 2026-12-03): `compile_restricted` rewrites Python
+into bytecode that calls guard functions (`_getattr_`, `_write_`, `_getitem_`) which the caller supplies
+in the globals at exec time, inside the process that executes the code, which is the process
 this judge does not trust; it also accepts general Python (classes, try, with, any call), so it is not
 a domain allow-list. Parsing with the standard `ast` module and accepting a fixed grammar is smaller,
 runs on the judge's side before anything executes, and names the rule that failed.
