@@ -215,7 +215,7 @@ class Evaluator:
     def _judge(self, task: Task, code: str, config: EvalConfig, started: float) -> Verdict:
         checks: dict[str, Check] = {"has_code": Check(True)}
         if config.static_checks:
-            static = run_static_checks(code)
+            static = run_static_checks(code, task.allowed_ops)  # the language check and the deny-list
             checks.update(static)
             failure = first_failure(static)
             if failure is not None:

@@ -85,6 +85,13 @@ and reshape or view tensors; calling PyTorch math (torch.relu, torch.softmax, F.
 - The kernel must be correct for any input values and sizes, including sizes that are not a multiple \
 of your block size: mask every load and store.
 - No try/except, threads, streams, file or network access, or printing of results.
+- Code outside the kernels is checked against a small allow-listed language: imports of torch, \
+torch.nn, triton, triton.language and math only; constants, helper functions, the kernels and ModelNew. \
+Host code may only allocate tensors (torch.empty, torch.empty_like, torch.zeros), read their metadata \
+(.shape, .size(), .stride(), .numel(), .dtype, .device), reshape them (.contiguous(), .view(), .reshape()), \
+do arithmetic on sizes (triton.cdiv, min, max, math.*) and launch kernels as `kernel[grid](...)`; \
+anything else (other calls or attributes, with, while, match, getattr, extra classes) is rejected with \
+the rule it breaks.{allowed_ops}
 - Inputs are {dtype} on the GPU. Your kernel is timed against the memory-bandwidth floor of the device.
 
 Here is an example. Given this module:
@@ -139,6 +146,7 @@ def build_messages(task: Task) -> list[dict[str, str]]:
         example_reference=EXAMPLE_REFERENCE,
         example_solution=EXAMPLE_SOLUTION,
         reference=task.source,
+        allowed_ops=f" This task also allows: {', '.join(task.allowed_ops)}." if task.allowed_ops else "",
     )
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 

@@ -104,6 +104,11 @@ class Task:
     # valid and finite and the tolerance stays achievable by an honest fp32 kernel; applied to the first
     # input only. The judge checks some calls under them (`distribution_for_call`).
     check_transforms: tuple[str, ...] = ()
+    # Library ops that stay allowed in this task's submissions, by qualified name (a level-2 problem whose
+    # point is fusing a convolution's epilogue keeps "torch.nn.functional.conv2d"). Per task, never a global
+    # table; empty by default: host code may then only allocate, query metadata, reshape and launch
+    # (kernelflow/eval/static/language.py, docs/submission_language.md).
+    allowed_ops: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         missing = [p for p in SHAPE_PROFILES if p not in self.profiles]
@@ -119,6 +124,11 @@ class Task:
         if bad or len(set(self.check_transforms)) != len(self.check_transforms):
             raise ValueError(f"task {self.task_id}: check_transforms {self.check_transforms} must be distinct "
                              f"names of {TRANSFORM_NAMES}")
+        bad = [op for op in self.allowed_ops if not isinstance(op, str) or not op.startswith("torch.")
+               or not all(part.isidentifier() for part in op.split("."))]
+        if bad:
+            raise ValueError(f"task {self.task_id}: allowed_ops {bad} must be qualified torch names "
+                             "such as 'torch.nn.functional.conv2d'")
 
     def check_distributions(self, base: str) -> tuple[str, ...]:
         """The distributions the judge draws for this task under `base`: `base` first, then each transform.

@@ -151,10 +151,19 @@ if __name__ == "__main__":
 }
 
 
+# Honest for the deny-list, outside the submission language (which refuses them first, naming its rule):
+# a kernel held in self, `with`, torch.finfo and data_ptr, a decorated forward, `all(...)`, nn.init.
+OUTSIDE_THE_LANGUAGE = {"launch_through_alias_and_self", "shape_and_device_helpers", "softmax_kernel_with_tl_methods",
+                        "generator_expression", "nn_init_initialisers"}
+
+
 @pytest.mark.parametrize("name", sorted(HONEST_VARIANTS))
 def test_honest_variants_pass(name):
+    """Every deny-list check passes them; the language accepts all but OUTSIDE_THE_LANGUAGE."""
     checks = run_static_checks(HONEST_VARIANTS[name])
-    assert first_failure(checks) is None, first_failure(checks)
+    deny = {k: c for k, c in checks.items() if k != "submission_language"}
+    assert first_failure(deny) is None, first_failure(deny)
+    assert checks["submission_language"].passed == (name not in OUTSIDE_THE_LANGUAGE), checks["submission_language"]
 
 
 # (id, source, the check that must fail)
@@ -162,6 +171,9 @@ HACKS = [
     # parses
     ("syntax_error", "def forward(self, x:\n    return x\n", "parses"),
     ("null_byte", "x = 1\x00\n", "parses"),
+    # submission_language (more cases in tests/eval/test_language.py)
+    ("language_tensor_method", variant(tail="return x.relu()\n"), "submission_language"),
+    ("language_functools", variant(header="import functools\n"), "submission_language"),
     # defines_model_new
     ("no_model_new", HONEST_RELU.replace("class ModelNew", "class ModelFast"), "defines_model_new"),
     ("model_new_no_forward", HONEST_RELU.replace("def forward", "def run"), "defines_model_new"),
@@ -451,8 +463,9 @@ def test_syntax_error_reports_line_and_only_parses():
 def test_first_failure_follows_check_order():
     checks = run_static_checks(variant(header="import os\n", tail="return torch.relu(x)\n"))
     name, check = first_failure(checks)
-    assert name == "no_torch_compute" and not check.passed
-    assert not checks["no_forbidden_imports"].passed  # every check runs, not only the first failing one
+    assert name == "submission_language" and not check.passed  # the allow-list is reported first
+    assert not checks["no_torch_compute"].passed  # every check runs, not only the first failing one
+    assert not checks["no_forbidden_imports"].passed
 
 
 def test_deeply_nested_source_fails_closed():
@@ -556,7 +569,9 @@ def test_a_bom_cannot_carry_a_cookie_past_the_parser():
         assert first_failure(run_static_checks(source))[0] == "parses"
 
 
-def test_allowed_context_managers_and_main_guard_pass():
+def test_allowed_context_managers_and_main_guard_pass_the_deny_list_only():
     source = variant(tail="with torch.no_grad(), torch.cuda.device(x.device):\n    pass\nreturn out\n",
                      module='\n\nif __name__ == "__main__":\n    print(ModelNew.__name__)\n')
-    assert first_failure(run_static_checks(source)) is None
+    checks = run_static_checks(source)
+    assert first_failure({k: c for k, c in checks.items() if k != "submission_language"}) is None
+    assert "rule: host-statements" in checks["submission_language"].why  # the language has no `with`

@@ -43,6 +43,8 @@ class Analysis:
 
     def __init__(self, tree: ast.Module):
         self.tree = tree
+        # The task's allowed library ops (Task.allowed_ops), set on the tree by run_static_checks: not compute.
+        self.allowed_ops = frozenset(getattr(tree, "_kernelflow_allowed_ops", ()))
         self.nodes = list(ast.walk(tree))
         self.hits: list[tuple[ast.AST, tuple[str, str]]] | None = None  # see static_rules._classified
         self.aliases: dict[str, str] = {}

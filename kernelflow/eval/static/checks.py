@@ -84,12 +84,23 @@ from kernelflow.eval.static.kernel_checks import (  # ModelNew, its kernel and l
     check_no_try_except,
     check_pure_triton_kernels,
 )
+from kernelflow.eval.static.language import check_language
 from kernelflow.eval.verdict import Check
 from kernelflow.tasks import pysource
 
 MAX_AST_NODES = 50_000  # the suite's largest honest solution has ~3,000
 MAX_AST_DEPTH = 100  # its deepest nests 16; every recursive helper of the checks stays far from Python's limit
 _BOUNDS_HINT = "no Triton kernel needs that; write plain, shallow code"
+
+
+def check_submission_language(tree: ast.Module, source: str) -> Check:
+    # Rationale: host code is an allow-listed grammar (static/language.py), so unnamed tricks are refused too.
+    return check_language(tree, source, allowed_ops_of(tree))
+
+
+def allowed_ops_of(tree: ast.Module) -> tuple[str, ...]:
+    """The task's allowed library ops (`Task.allowed_ops`) that `run_static_checks` set on this tree."""
+    return tuple(getattr(tree, "_kernelflow_allowed_ops", ()))
 
 
 def check_bounded_source(tree: ast.Module, source: str) -> Check:
@@ -111,6 +122,9 @@ def check_bounded_source(tree: ast.Module, source: str) -> Check:
 STATIC_CHECKS: list[tuple[str, Callable[[ast.Module, str], Check]]] = [
     ("bounded_source", check_bounded_source),  # first: the others assume a tree of bounded depth and size
     ("source_encoding", check_source_encoding),  # next: under another codec the rest judged a different program
+    # The allow-list runs before the deny-list, so its refusal (the principle) is what the verdict reports;
+    # the deny-list checks after it stay as a second layer.
+    ("submission_language", check_submission_language),
     ("defines_model_new", check_defines_model_new),
     ("has_triton_kernel", check_has_triton_kernel),
     ("launches_kernel", check_launches_kernel),
@@ -137,8 +151,11 @@ STATIC_CHECKS: list[tuple[str, Callable[[ast.Module, str], Check]]] = [
 ]
 
 
-def run_static_checks(source: str) -> dict[str, Check]:
+def run_static_checks(source: str, allowed_ops: tuple[str, ...] = ()) -> dict[str, Check]:
     """Every static check on `source`, in `STATIC_CHECKS` order, after `parses` (see the module docstring).
+
+    `allowed_ops` are the task's library ops that stay allowed (`Task.allowed_ops`, qualified names such
+    as `torch.nn.functional.conv2d`): the language accepts calls to them and the deny-list skips them.
 
     A source too large or too deep to judge fails `bounded_source` (static_rejected) and nothing else
     runs; a genuine SyntaxError fails `parses` (compile_error). A check that raises fails closed: the
@@ -152,6 +169,7 @@ def run_static_checks(source: str) -> dict[str, Check]:
         where = f"line {exc.lineno}, column {exc.offset}: " if exc.lineno else ""
         return {"parses": Check(False, f"{where}SyntaxError: {exc.msg}")}
     checks = {"parses": Check(True)}
+    tree._kernelflow_allowed_ops = tuple(allowed_ops)  # read by the language check and the deny-list's analysis
     for name, fn in STATIC_CHECKS:
         try:
             checks[name] = fn(tree, source)

@@ -169,7 +169,7 @@ def _classified(a: Analysis, check_name: str) -> _Findings:
                 quals = a.quals(n)
             quals = [*quals, *(f for q in quals for f in canonical_forms(q))]  # torch.nn.init.torch.relu: torch.relu
             for q in quals:
-                hit = classify(q)
+                hit = None if q in a.allowed_ops else classify(q)
                 a.hits += [(n, hit)] if hit else []
                 a.hits += [(n, h) for h in reach(q)]
             if isinstance(n, ast.Attribute):
