@@ -34,7 +34,8 @@ RELU = solution_source("19_ReLU")
 ADVERSARIAL = Path(__file__).resolve().parents[1] / "fixtures" / "adversarial"
 # A probe whose forward raises with the worker's pid, so the verdict's feedback names the process.
 PID_PROBE = RELU.replace("import torch\n", "import os\nimport torch\n", 1).replace(
-    "        return out", "        raise RuntimeError(f'worker dir {os.getcwd()} tag {TAG}')\n        return out")
+    "        return out", "        raise RuntimeError(f'worker dir {os.getcwd().encode().hex()} tag {TAG}')\n        return out")
+# (hex: the judge replaces its workers' paths in feedback with <workdir>, feedback.worker_text)
 
 
 def _any_process_in(directory: str) -> bool:
@@ -96,7 +97,8 @@ def test_a_prewarmed_worker_is_never_reused():
             assert ev._pool.wait_warm(120)
             v = ev.evaluate("19_ReLU", PID_PROBE.replace("{TAG}", str(i)), seed=i)
             assert v.status == Status.RUNTIME_ERROR, v.feedback
-            dirs.append(re.search(r"worker dir (/\S+)", v.feedback).group(1))  # not the quoted source line
+            hexed = re.search(r"worker dir ([0-9a-f]+) tag", v.feedback).group(1)  # not the quoted source line
+            dirs.append(bytes.fromhex(hexed).decode())
         assert ev.stats()["prewarmed_sessions"] == 3
     finally:
         ev.close()
