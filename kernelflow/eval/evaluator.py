@@ -50,7 +50,9 @@ from kernelflow.tasks import Task, extract_code, get_task
 
 log = logging.getLogger(__name__)
 
-EVALUATOR_VERSION = f"{kernelflow.__version__}+eval.7"
+# eval.8 (2026-12-03): the allow-listed submission language, worker references captured before the submission,
+# the keyed input salt, error paths the submission owns, no processes on the interpreter (issue #32)
+EVALUATOR_VERSION = f"{kernelflow.__version__}+eval.8"
 
 
 def resolve_backend(backend: str) -> str:
