@@ -7,7 +7,8 @@ Reads what the gate's three parts left in the folder (`gpu-tests.log`: pytest's 
 line so that a run cut short by its limit still counts what finished; `controls/controls.json`;
 `throughput/eval_throughput.json`) and writes `summary.md` and `summary.json` beside them. The parts:
 
-- gpu-tests: every collected test passed or was skipped, none failed or errored, and pytest finished;
+- gpu-tests: both pytest runs (`gpu-tests.log`: the gpu tests 12 at a time; `gpu-alone.log`: those that read
+  the clock, alone) finished, with every collected test passed or skipped and none failed or errored;
 - controls: all ten `ok`, each reward within the stored tolerance of `gate_expected.json`;
 - throughput: the mixed batch finished with exactly the expected statuses (verdicts/min and p50 reported).
 
@@ -46,6 +47,19 @@ def read_pytest(log: Path) -> dict:
     why = "" if ok else ("failed: " + ", ".join(bad[:10]) if bad else "pytest did not finish (cut by its limit?)")
     return {"ok": ok, "why": why, "counts": counts, "failed": bad, "final": final.group(1) if final else None,
             "seconds": float(final.group(3)) if final else None}
+
+
+def merge_pytest(*runs: dict) -> dict:
+    """One result of several pytest runs: green only if each is."""
+    counts: dict[str, int] = {}
+    for run in runs:
+        for outcome, n in run.get("counts", {}).items():
+            counts[outcome] = counts.get(outcome, 0) + n
+    whys = [r["why"] for r in runs if not r["ok"]]
+    return {"ok": all(r["ok"] for r in runs), "why": "; ".join(whys), "counts": counts,
+            "failed": [n for r in runs for n in r.get("failed", [])],
+            "final": " + ".join(r.get("final") or "not finished" for r in runs),
+            "seconds": sum(r.get("seconds") or 0 for r in runs)}
 
 
 def read_controls(path: Path, expected: dict) -> dict:
@@ -114,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     expected = json.loads(args.expected.read_text())
     summary = {
-        "gpu_tests": read_pytest(args.folder / "gpu-tests.log"),
+        "gpu_tests": merge_pytest(read_pytest(args.folder / "gpu-tests.log"), read_pytest(args.folder / "gpu-alone.log")),
         "controls": read_controls(args.folder / "controls" / "controls.json", expected),
         "throughput": read_throughput(args.folder / "throughput" / "eval_throughput.json", expected),
         "tolerance": expected["tolerance"],

@@ -106,13 +106,19 @@ while [ $# -gt 0 ]; do
   step="$1"; shift
   case "$step" in
     gate)
-      # Three parts under their own limits (320 + 75 + 75 s, plus the install: within 8 minutes), then the
+      # Three parts under their own limits (330 + 60 + 75 + 75 s, plus the install: about 8 minutes), then the
       # summary, which reads whatever each part left (a part cut by its limit is red, not silent).
       mkdir -p "$out/gate"
       set -f
+      # 12 at a time, the full-shape verdicts in two xdist groups (their device memory must fit: 14 at a time
+      # with no groups ran out of it on 2026-12-03), then the clock-reading tests alone on a quiet GPU
       # shellcheck disable=SC2086
-      step_limit=${GATE_TESTS_LIMIT:-320} run gate/gpu-tests "$py" -m pytest -m gpu ${GPU_TESTS:-tests/eval tests/tasks} \
-        -n "${GATE_TESTS_WORKERS:-14}" -v -p no:cacheprovider -o faulthandler_timeout=120 --timeout 200
+      step_limit=${GATE_TESTS_LIMIT:-330} run gate/gpu-tests "$py" -m pytest -m "gpu and not gpu_alone" \
+        ${GPU_TESTS:-tests/eval tests/tasks} -n "${GATE_TESTS_WORKERS:-12}" --dist loadgroup -v -p no:cacheprovider \
+        -o faulthandler_timeout=120 --timeout 240 --durations=30
+      # shellcheck disable=SC2086
+      step_limit=60 run gate/gpu-alone "$py" -m pytest -m "gpu and gpu_alone" ${GPU_TESTS:-tests/eval tests/tasks} -v \
+        -p no:cacheprovider --timeout 50
       set +f
       step_limit=${GATE_CONTROLS_LIMIT:-75} run gate/controls "$py" benchmarks/controls.py --shape full --repeats 0 \
         --parallel 4 --out "$out/gate/controls"

@@ -21,11 +21,16 @@ PASSED = ("[gw3] [ 60%] PASSED tests/eval/test_adversarial.py::test_adversarial_
 FINAL = "======================= 2 passed, 1 skipped in 212.40s (0:03:32) =======================\n"
 
 
-def _folder(tmp_path: Path, log: str = PASSED + FINAL, rewards: dict | None = None, statuses: dict | None = None) -> Path:
+ALONE = "tests/eval/test_timing.py::test_empty_region_overhead_is_small_and_capped PASSED\n" + FINAL
+
+
+def _folder(tmp_path: Path, log: str = PASSED + FINAL, rewards: dict | None = None, statuses: dict | None = None,
+            alone: str = ALONE) -> Path:
     gate = tmp_path / "gate"
     (gate / "controls").mkdir(parents=True)
     (gate / "throughput").mkdir()
     (gate / "gpu-tests.log").write_text(log)
+    (gate / "gpu-alone.log").write_text(alone)
     rows = [{"task_id": t, "status": "ok", "reward": r, "runtime_ms": 3.0}
             for t, r in (rewards or EXPECTED["rewards"]).items()]
     meta = {"device": "NVIDIA H200", "torch": "2.11.0+cu130", "triton": "3.6.0", "evaluator_version": "x", "date": "d"}
@@ -41,7 +46,7 @@ def test_a_clean_run_is_green(tmp_path, capsys):
     gate = _folder(tmp_path)
     assert gpu_gate.main([str(gate)]) == 0
     summary = json.loads((gate / "summary.json").read_text())
-    assert summary["ok"] and summary["gpu_tests"]["counts"] == {"PASSED": 2}
+    assert summary["ok"] and summary["gpu_tests"]["counts"] == {"PASSED": 3}
     assert (gate / "summary.md").read_text().startswith("# GPU gate: GREEN")
 
 
@@ -81,3 +86,10 @@ def test_a_part_that_left_nothing_is_red(tmp_path):
     (gate / "throughput" / "eval_throughput.json").unlink()
     assert gpu_gate.main([str(gate)]) == 1
     assert "did not finish" in json.loads((gate / "summary.json").read_text())["throughput"]["why"]
+
+
+def test_the_clock_tests_run_alone_count_too(tmp_path):
+    gate = _folder(tmp_path, alone="tests/eval/test_timing.py::test_empty_region_overhead_is_small_and_capped FAILED\n"
+                   + FINAL)
+    assert gpu_gate.main([str(gate)]) == 1
+    assert "test_empty_region_overhead_is_small_and_capped" in json.loads((gate / "summary.json").read_text())["gpu_tests"]["why"]

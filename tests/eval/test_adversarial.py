@@ -65,7 +65,10 @@ FIXTURES = [load_fixture(p) for p in sorted(CORPUS.glob("*.py"))]
 
 
 def _cases(backend: str):
-    return [pytest.param(f, id=f.name) for f in FIXTURES if backend in f.expect]
+    # the full-shape CUDA cases share the gate's second device-memory group (tests/eval/test_gpu_evaluator.py)
+    def marks(f):
+        return [pytest.mark.xdist_group("full_b")] if backend == "cuda" and f.name in FULL_SHAPE_ON_CUDA else []
+    return [pytest.param(f, id=f.name, marks=marks(f)) for f in FIXTURES if backend in f.expect]
 
 
 def test_corpus_headers_are_well_formed():

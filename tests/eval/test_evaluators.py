@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+pytest.importorskip("openenv", reason="needs kernelflow[env] (a GPU host with the eval bundle only lacks it)")
+
 import kernelflow.eval.cluster.ray_backend as ray_backend
 from kernelflow.env.config import EnvServerConfig
 from kernelflow.env.server.environment import build_evaluator

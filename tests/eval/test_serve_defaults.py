@@ -15,6 +15,8 @@ import argparse
 
 import pytest
 
+pytest.importorskip("fastapi", reason="needs kernelflow[env] (a GPU host with the eval bundle only lacks it)")
+
 from kernelflow.env.config import EnvServerConfig
 from kernelflow.env.server.app import load_server_config
 from kernelflow.eval import EVALUATOR_VERSION, EvalConfig

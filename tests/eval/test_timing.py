@@ -23,12 +23,14 @@ def test_net_time_never_reaches_zero():
 
 
 @pytest.mark.gpu
+@pytest.mark.gpu_alone
 def test_empty_region_overhead_is_small_and_capped():
     overhead = measure_timer_overhead(torch.device("cuda"))
     assert 0 <= overhead <= MAX_TIMER_OVERHEAD_MS
 
 
 @pytest.mark.gpu
+@pytest.mark.gpu_alone
 def test_launch_cover_hides_host_latency_of_a_tiny_kernel():
     # 1 MiB of zeros takes ~1 us on the device; the host takes tens of us to launch it. With the GPU
     # spinning while the host launches and the overhead subtracted, the time reads near the device time.

@@ -103,8 +103,9 @@ def test_the_gate_runs_the_gpu_tests_the_controls_and_a_throughput_smoke_then_on
     r = session(tmp_path, "gate")
     assert r.returncode == 0, r.stderr
     by_step = {line.split(":", 1)[0].removeprefix("[dry-run] "): line for line in r.stdout.splitlines()}
-    assert list(by_step)[1:] == ["gate/gpu-tests", "gate/controls", "gate/throughput", "gate/summary"]
-    assert "-m gpu" in by_step["gate/gpu-tests"]
+    assert list(by_step)[1:] == ["gate/gpu-tests", "gate/gpu-alone", "gate/controls", "gate/throughput", "gate/summary"]
+    assert '-m gpu and not gpu_alone' in by_step["gate/gpu-tests"] and "--dist loadgroup" in by_step["gate/gpu-tests"]
+    assert "-m gpu and gpu_alone" in by_step["gate/gpu-alone"] and " -n " not in by_step["gate/gpu-alone"]
     assert "controls.py --shape full" in by_step["gate/controls"]
     assert "eval_throughput.py --defaults --pool-sizes 2" in by_step["gate/throughput"]
     assert "gpu_gate.py" in by_step["gate/summary"] and str(tmp_path / "out" / "gate") in by_step["gate/summary"]

@@ -304,6 +304,7 @@ def test_solution_passes_the_evaluator(task_id):
 
 
 @pytest.mark.gpu
+@pytest.mark.xdist_group("full_a")  # full shape: in one of two groups, so the gate's device memory fits
 @pytest.mark.parametrize("task_id", MULTI_IDS)
 def test_solution_is_judged_at_full_shape_on_cuda(task_id):
     from kernelflow.eval import EvalConfig, evaluate
