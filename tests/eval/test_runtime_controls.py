@@ -121,3 +121,27 @@ def test_a_profile_or_trace_hook_left_by_forward_is_removed_and_named():
         sys.setprofile(worker.hooks[0][3])
         threading.settrace(worker.hooks[3][3])
     assert sys.getprofile() is worker.hooks[0][3] and threading.gettrace() is worker.hooks[3][3]
+
+
+def test_a_launch_takes_only_what_a_kernel_takes():
+    """worker/launch_args.py: a constexpr gets numbers, bools, strings, None or Triton dtypes; a pointer a tensor
+    (red team round 2a: a tensor or a host lambda passed as a constexpr did the work inside the launch)."""
+    import triton
+    import triton.language as tl
+
+    from kernelflow.eval.worker.launch_args import launch_argument_problem
+
+    @triton.jit
+    def k(x_ptr, n, SCALE: tl.constexpr, BLOCK: tl.constexpr):
+        pass
+
+    x = torch.ones(4)
+    cache: dict = {}
+    assert launch_argument_problem(k, (x, 4), {"SCALE": 2.0, "BLOCK": 128, "num_warps": 4}, cache) is None
+    assert launch_argument_problem(k, (torch.nn.Parameter(x), 4, tl.float32, True), {}, cache) is None
+    assert "constexpr argument 'SCALE' got a Tensor" in launch_argument_problem(k, (x, 4), {"SCALE": x, "BLOCK": 8}, cache)
+    assert "got a function" in launch_argument_problem(k, (x, 4), {"SCALE": lambda v: v, "BLOCK": 8}, cache)
+    assert "argument 'x_ptr' got a list" in launch_argument_problem(k, ([1.0], 4), {"SCALE": 1, "BLOCK": 8}, cache)
+    import numpy as np
+
+    assert "got a ndarray" in launch_argument_problem(k, (x, 4), {"SCALE": np.ones(2), "BLOCK": 8}, cache)

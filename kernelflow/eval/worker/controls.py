@@ -26,6 +26,8 @@ import json
 import threading
 import time
 
+from kernelflow.eval.worker.launch_args import launch_argument_problem
+from kernelflow.eval.worker.launch_args import prime as prime_launch_args
 from kernelflow.eval.worker.refs import frozen_builtins
 
 __builtins__ = frozen_builtins()  # worker/refs.py: builtins rebound by the submission change nothing here
@@ -76,6 +78,8 @@ class LaunchCounter:
     def install(self, cuda: bool) -> None:
         import triton.runtime.jit as jit
 
+        prime_launch_args()
+
         # JITFunction.run: the grid callable and the compile happen inside it (in_launch), never counted
         # here on CUDA: the launcher below counts there, so a CompiledKernel launched directly is counted too.
         self._wrap(jit.JITFunction, "run", self._owner_of_jit, count=not cuda)
@@ -99,6 +103,7 @@ class LaunchCounter:
     def _wrap(self, cls: type, name: str, owner_of, count: bool, remember_owner: bool = False) -> None:
         original = getattr(cls, name)
         counter = self
+        signatures: dict = {}
 
         def wrapper(obj, *args, **kwargs):
             if remember_owner:  # CudaLauncher(src, metadata): src.fn is the JITFunction it was compiled from
@@ -110,6 +115,10 @@ class LaunchCounter:
                     counter.own += 1
                 else:
                     counter.other += 1
+            if name == "run":  # a launch: its arguments must be what a kernel takes (launch_args.py)
+                problem = launch_argument_problem(obj, args, kwargs, signatures)
+                if problem:
+                    raise TypeError(problem)
             grid = kwargs.get("grid")
             if callable(grid):
                 # The grid callable is the submission's host code, though the launch calls it: it runs with
