@@ -44,9 +44,14 @@ _JUDGE_PATHS = _judge_paths()
 
 
 def _drop_judge_frames(text: str) -> str:
-    """Traceback frames in the judge's own code go, with their source lines (they quote the judge)."""
-    out, skip = [], False
+    """Traceback frames in the judge's own code go, with their source lines (they quote the judge). Indented
+    lines before the first frame header or other unindented line go too: in a text cut at its start they
+    may be the source lines of a judge frame whose header was cut off (red team round 2a, b10)."""
+    out, skip, started = [], False, False
     for line in text.split("\n"):
+        if not started and line.startswith("    "):
+            continue
+        started = started or bool(line.strip())
         if skip and line.startswith("    "):
             continue
         skip = line.lstrip().startswith('File "<judge>')

@@ -126,7 +126,6 @@ def test_a_profile_or_trace_hook_left_by_forward_is_removed_and_named():
 def test_a_launch_takes_only_what_a_kernel_takes():
     """worker/launch_args.py: a constexpr gets numbers, bools, strings, None or Triton dtypes; a pointer a tensor
     (red team round 2a: a tensor or a host lambda passed as a constexpr did the work inside the launch)."""
-    import triton
     import triton.language as tl
 
     from kernelflow.eval.worker.launch_args import launch_argument_problem

@@ -37,6 +37,16 @@ def test_judge_paths_and_frames_are_replaced():
     assert '"<workdir>/submission.py", line 3' in text and "<python>/lib" in text and "<cache>/lock" in text
 
 
+def test_a_judge_source_line_whose_frame_header_was_cut_off_is_dropped():
+    # red team round 2a, b10: the output tail began just after a judge frame's `File "..."` line, so its source
+    # line (the judge's own code) stood alone at the top and was quoted in the feedback
+    cut = ("        view = view[self._write(self._fd, view):]\n"
+           '  File "/tmp/kf-worker-ab12_x/submission.py", line 3, in forward\n    raise ValueError(x)\nValueError: 1')
+    text = worker_text(cut)
+    assert "self._write" not in text
+    assert text.startswith('  File "<workdir>/submission.py", line 3') and text.endswith("ValueError: 1")
+
+
 def test_every_signal_number_has_a_name():
     assert signal_name(signal.SIGSYS) == "SIGSYS" and signal_name(signal.SIGKILL) == "SIGKILL"
     assert signal_name(40) == f"SIGRTMIN+{40 - signal.SIGRTMIN}"  # signal.Signals(40) raises ValueError

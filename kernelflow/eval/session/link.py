@@ -186,14 +186,23 @@ class WorkerLink:
         return data
 
     # ---- the end ---------------------------------------------------------------------------------
-    def log_tail(self, limit: int = 800) -> str:
+    def log_tail(self, limit: int = 16000) -> str:
+        """The end of the worker's output, wide enough that `feedback.worker_text` sees whole traceback frames
+        (it drops the judge's own frames, then the feedback keeps the last few hundred characters)."""
         if self.handle is None:
             return ""
         try:
-            data = self.handle.log_path.read_bytes()[-limit:]
+            with open(self.handle.log_path, "rb") as f:
+                f.seek(0, 2)
+                size = f.tell()
+                f.seek(max(0, size - limit))
+                data = f.read(limit)
         except OSError:
             return ""
-        return data.decode("utf-8", errors="replace")
+        text = data.decode("utf-8", errors="replace")
+        if size > limit:  # the window starts mid-output: its first, partial line is no one's
+            text = text.partition("\n")[2]
+        return text
 
     def death_outcome(self, phase: str, output_limit_mb: int) -> SessionOutcome:
         """A worker that stopped talking: why, from its exit status and its output file."""
