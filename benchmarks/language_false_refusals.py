@@ -1,4 +1,5 @@
-"""Count false refusals of the submission language (kernelflow/eval/static/language.py) on honest code.
+"""Count false refusals of the submission language (kernelflow/eval/static/language.py, and the kernel
+language of kernelflow/eval/static/kernel_language.py for @triton.jit bodies) on honest code.
 
     python benchmarks/language_false_refusals.py [--out results/language_false_refusals.json]
 
@@ -28,6 +29,7 @@ sys.path.insert(0, str(ROOT))  # benchmarks run from a checkout; tests/ holds th
 
 import yaml  # noqa: E402
 
+from kernelflow.eval.static.kernel_language import check_kernel_language  # noqa: E402
 from kernelflow.eval.static.language import check_language  # noqa: E402
 from kernelflow.tasks.prompts import extract_code  # noqa: E402
 
@@ -118,9 +120,10 @@ def refusals(samples: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """(name, why) for every sample the language refuses."""
     out = []
     for name, code in samples:
-        check = check_language(ast.parse(code), code)
-        if not check.passed:
-            out.append((name, check.why))
+        tree = ast.parse(code)
+        for check in (check_language(tree, code), check_kernel_language(tree, code)):
+            if not check.passed:
+                out.append((name, check.why))
     return out
 
 

@@ -107,6 +107,13 @@ REFUSED = [
      "host-calls"),
     ("default_argument", HONEST_RELU.replace("def forward(self, x: torch.Tensor)", "def forward(self, x, f=torch.relu)"),
      "host-attributes"),
+    ("default_lambda", HONEST_RELU.replace("def forward(self, x: torch.Tensor)", "def forward(self, x, f=lambda v: v)"),
+     "defaults"),
+    ("heuristics_passes_tensor", HONEST_RELU.replace(
+        "@triton.jit", "@triton.heuristics({'X': lambda args: args['x_ptr']})\n@triton.jit"), "lambdas"),
+    ("lambda_as_value", variant(tail="g = (lambda v: v, 1)\nreturn out\n"), "lambdas"),
+    ("grid_lambda_as_argument", variant(tail="g = lambda meta: (1,)\nrelu_kernel[g](x, out, n, g, BLOCK=1024)\n"
+                                            "return out\n"), "lambdas"),
     ("grid_lambda_compute", variant(tail="relu_kernel[lambda meta: (x.relu(),)](x, out, n, BLOCK=1024)\nreturn out\n"),
      "host-calls"),
 ]

@@ -174,6 +174,8 @@ HACKS = [
     # submission_language (more cases in tests/eval/test_language.py)
     ("language_tensor_method", variant(tail="return x.relu()\n"), "submission_language"),
     ("language_functools", variant(header="import functools\n"), "submission_language"),
+    # kernel_language (more cases in tests/eval/test_kernel_language.py)
+    ("kernel_injected_np", HONEST_RELU.replace("tl.maximum(x, 0.0)", "np.maximum(x, 0.0)"), "kernel_language"),
     # defines_model_new
     ("no_model_new", HONEST_RELU.replace("class ModelNew", "class ModelFast"), "defines_model_new"),
     ("model_new_no_forward", HONEST_RELU.replace("def forward", "def run"), "defines_model_new"),

@@ -84,6 +84,7 @@ from kernelflow.eval.static.kernel_checks import (  # ModelNew, its kernel and l
     check_no_try_except,
     check_pure_triton_kernels,
 )
+from kernelflow.eval.static.kernel_language import check_kernel_language  # @triton.jit bodies
 from kernelflow.eval.static.language import check_language
 from kernelflow.eval.verdict import Check
 from kernelflow.tasks import pysource
@@ -125,6 +126,7 @@ STATIC_CHECKS: list[tuple[str, Callable[[ast.Module, str], Check]]] = [
     # The allow-list runs before the deny-list, so its refusal (the principle) is what the verdict reports;
     # the deny-list checks after it stay as a second layer.
     ("submission_language", check_submission_language),
+    ("kernel_language", check_kernel_language),  # the allow-list for @triton.jit bodies (red team round 2a)
     ("defines_model_new", check_defines_model_new),
     ("has_triton_kernel", check_has_triton_kernel),
     ("launches_kernel", check_launches_kernel),

@@ -16,9 +16,9 @@ tensor may not be an operand of an operator, a truth test, a builtin's argument 
 such as `x.shape` is a value). Taint crosses helper and method calls by parameter position, iterated
 to a fixed point. `self.attr` is set only in `__init__`, so forward cannot keep caches or counters.
 
-Not covered: kernel bodies (`pure_triton_kernels` and the other checks of `static/checks.py`, which run
-as a second layer after this one); what the code does at run time (the worker's dispatch allow-list,
-launch counter and the judge's fresh inputs). A task may name library ops that stay allowed
+Not covered: kernel bodies (`static/kernel_language.py`, the `kernel_language` check right after this one,
+and the deny-list checks of `static/checks.py` as a second layer); what the code does at run time (the
+worker's dispatch allow-list, launch counter and the judge's fresh inputs). A task may name library ops that stay allowed
 (`Task.allowed_ops`, e.g. `torch.nn.functional.conv2d` for a fused epilogue); they return tensors.
 
 Why not RestrictedPython (PyPI, zopefoundation; checked 2026-12-03): `compile_restricted` rewrites Python
@@ -141,6 +141,9 @@ RULES = {  # rule name -> why it exists (one line each)
     "string-subscripts": "string keys only on a grid or heuristics lambda's parameter (`meta['BLOCK']`)",
     "assign-targets": "assign to names, tuples of names, or self.attr in __init__: an item store is eager compute",
     "loops": "for loops run over range(...) or a shape, never over a tensor",
+    "defaults": "default arguments are literals: a default lambda or tensor reaches a kernel as a constexpr",
+    "lambdas": "a lambda is a launch grid or a heuristics value computing on args[...]: elsewhere it is host code "
+               "a kernel can call",
 }
 
 

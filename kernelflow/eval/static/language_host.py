@@ -9,7 +9,11 @@ only: a module or a kernel can never be bound to another name, passed or stored,
 `torch.nn.init.torch.relu` or `k = kernel; k.fn(...)` has nothing to hide behind.
 
 The walk is repeated until tensor taint stops growing (a helper learns its parameter holds a tensor
-from a call site; `self.w` from `__init__`), at most `_PASSES` times; refusals come from the last pass.
+from a call site; `self.w` from `__init__`): the taint only grows and is bounded by the number of
+parameters, functions and self attributes, so a fixed point is reached within that many passes (plus
+one); refusals come from the last pass, and a walk that did not converge is refused (rule: tensor-values).
+Before the walk, `_lambda_rules` places lambdas (a launch grid, a name bound to one that is only launched
+with, a `triton.heuristics` value whose body computes from `args[...]`) and default arguments (literals).
 What it does not judge: kernel bodies (skipped, see `static/kernel_checks.py`).
 """
 
@@ -20,7 +24,16 @@ import ast
 from kernelflow.eval.static import language as T
 from kernelflow.eval.static.language_exprs import Expressions, Refusal, Scope, _dunder, _src
 
-_PASSES = 4  # taint crosses one call boundary per pass; wrappers nest helpers at most a level or two
+
+def _literal(node: ast.expr) -> bool:
+    """A default argument a wrapper needs: a number, a string, None, a bool, a negation or tuple of those."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        node = node.operand
+    if isinstance(node, ast.Tuple):
+        return all(_literal(e) for e in node.elts)
+    return isinstance(node, ast.Constant) and type(node.value) in (int, float, bool, str, type(None))
+
+_SIZE_CALLS = {"triton.cdiv", "triton.next_power_of_2", "min", "max", "int", "bool", "abs"}
 _STMT_NAMES = {ast.With: "with", ast.AsyncWith: "async with", ast.Try: "try", ast.While: "while",
                ast.Global: "global", ast.Nonlocal: "nonlocal", ast.Delete: "del", ast.ClassDef: "a nested class",
                ast.FunctionDef: "a nested def", ast.AsyncFunctionDef: "async def", ast.AsyncFor: "async for",
@@ -46,14 +59,83 @@ class Host(Expressions):
     # ---- driver --------------------------------------------------------------------------------
     def run(self) -> list[Refusal]:
         self._collect()
-        for _ in range(_PASSES):
+        placed = self._lambda_rules()
+        every = [f for f in [*self.helpers.values(), *self.methods.values()]]
+        bound = 2 + len(every) + sum(len(f.args.args) + len(f.args.kwonlyargs) + 2 for f in every) \
+            + sum(isinstance(n, ast.Attribute) for n in ast.walk(self.tree))  # every taint fact, once
+        converged = False
+        for _ in range(bound):
             before = self._state()
             self.refusals, self.kernel_count = [], 0
             for stmt in self.tree.body:
                 self._guard(self._top, stmt)
             if self._state() == before:
+                converged = True
                 break
-        return self.refusals
+        if not converged:  # unreachable while taint only grows; refuse rather than judge a partial walk
+            self.refusals.append(Refusal(self.tree.body[0] if self.tree.body else self.tree, "tensor-values",
+                                         "the tensor tracking did not converge"))
+        return placed + self.refusals
+
+    def _lambda_rules(self) -> list[Refusal]:
+        """Lambdas only where a wrapper needs them; default arguments only literals (red team round 2a)."""
+        out: list[Refusal] = []
+        allowed: set[int] = set()
+        for n in ast.walk(self.tree):
+            if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) and n.value.id in self.kernels:
+                allowed.add(id(n.slice))  # kernel[lambda meta: ...] or kernel[grid]
+            if isinstance(n, ast.arguments):
+                for d in [*n.defaults, *(d for d in n.kw_defaults if d is not None)]:
+                    if not _literal(d):
+                        out.append(Refusal(d, "defaults", f"the default argument {_src(d)} (literals only)"))
+        for fn in self.kernels.values():
+            for d in fn.decorator_list:
+                if isinstance(d, ast.Call) and self._qual(d.func) == "triton.heuristics":
+                    for arg in d.args:
+                        for v in arg.values if isinstance(arg, ast.Dict) else []:
+                            if isinstance(v, ast.Lambda):
+                                allowed.add(id(v))
+                                out += self._heuristic(v)
+        for fn in [*self.helpers.values(), *self.methods.values()]:
+            grids = {t.id for s in ast.walk(fn) if isinstance(s, ast.Assign) and isinstance(s.value, ast.Lambda)
+                     for t in s.targets if isinstance(t, ast.Name)}
+            for s in ast.walk(fn):
+                if isinstance(s, ast.Assign) and isinstance(s.value, ast.Lambda) and len(s.targets) == 1 \
+                        and isinstance(s.targets[0], ast.Name):
+                    allowed.add(id(s.value))
+                elif isinstance(s, ast.Name) and s.id in grids and isinstance(s.ctx, ast.Load) and id(s) not in allowed:
+                    out.append(Refusal(s, "lambdas", f"`{s.id}` (a grid lambda) used other than as `kernel[{s.id}]`"))
+        for n in ast.walk(self.tree):
+            if isinstance(n, ast.Lambda) and id(n) not in allowed:
+                out.append(Refusal(n, "lambdas", f"{_src(n)} (a lambda is a launch grid or a heuristics value only)"))
+        return out
+
+    def _heuristic(self, lam: ast.Lambda) -> list[Refusal]:
+        """A heuristics value computes a number from `args[...]`; a bare `args[k]` passes an argument through."""
+        params = {a.arg for a in lam.args.args}
+
+        def ok(node: ast.expr, result: bool) -> bool:
+            if isinstance(node, ast.Constant):
+                return type(node.value) in (int, float, bool)
+            if isinstance(node, ast.Subscript):
+                return not result and isinstance(node.value, ast.Name) and node.value.id in params \
+                    and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)
+            if isinstance(node, ast.Name):
+                return node.id in self.constants
+            if isinstance(node, ast.IfExp):
+                return ok(node.test, False) and ok(node.body, result) and ok(node.orelse, result)
+            if isinstance(node, ast.BinOp | ast.UnaryOp | ast.BoolOp | ast.Compare):
+                return all(ok(c, False) for c in ast.iter_child_nodes(node) if isinstance(c, ast.expr))
+            if isinstance(node, ast.Call):
+                name = node.func.id if isinstance(node.func, ast.Name) else self._qual(node.func)
+                return (name in _SIZE_CALLS or (name or "").startswith("math.")) and not node.keywords \
+                    and all(ok(a, False) for a in node.args)
+            return False
+
+        if ok(lam.body, True):
+            return []
+        return [Refusal(lam, "lambdas", f"{_src(lam)} (a heuristics value is arithmetic on args[...], not an "
+                                        "argument passed through)")]
 
     def _state(self):
         return (sorted((k, sorted(v)) for k, v in self.taint.items()), sorted(self.returns_tensor),
