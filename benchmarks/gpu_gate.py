@@ -134,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         "tolerance": expected["tolerance"],
     }
     summary["ok"] = all(summary[k]["ok"] for k in ("gpu_tests", "controls", "throughput"))
+    failures = args.folder / "failures.log"  # written as each test fails (tests/conftest.py, KF_FAILURES_LOG)
+    summary["failures_log"] = failures.read_text(errors="replace")[:20000] if failures.is_file() else ""
     (args.folder / "summary.json").write_text(json.dumps(summary, indent=1))
     text = render(summary)
     (args.folder / "summary.md").write_text(text)

@@ -20,6 +20,15 @@ if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+def pytest_runtest_logreport(report):
+    """With KF_FAILURES_LOG set (the GPU gate), each failure's report is written there as it happens: a run cut by
+    its time limit never prints its failures' details, which pytest keeps for the end."""
+    path = os.environ.get("KF_FAILURES_LOG")
+    if path and report.failed:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(f"== {report.nodeid} ({report.when})\n{report.longreprtext[-6000:]}\n\n")
+
+
 def pytest_collection_modifyitems(config, items):
     if HAS_CUDA:
         return

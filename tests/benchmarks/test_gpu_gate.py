@@ -93,3 +93,18 @@ def test_the_clock_tests_run_alone_count_too(tmp_path):
                    + FINAL)
     assert gpu_gate.main([str(gate)]) == 1
     assert "test_empty_region_overhead_is_small_and_capped" in json.loads((gate / "summary.json").read_text())["gpu_tests"]["why"]
+
+
+def test_failures_are_written_as_they_happen_when_the_gate_asks(tmp_path):
+    # tests/conftest.py's hook: a gate run cut by its limit still leaves each failure's report behind
+    import os
+    import subprocess
+
+    (tmp_path / "conftest.py").write_text("from tests.conftest import pytest_runtest_logreport  # noqa: F401\n")
+    (tmp_path / "test_x.py").write_text("def test_ok():\n    pass\n\ndef test_bad():\n    assert 1 == 2, 'the reason'\n")
+    log = tmp_path / "failures.log"
+    env = {**os.environ, "KF_FAILURES_LOG": str(log), "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)], cwd=tmp_path,
+                   env=env, capture_output=True, text=True, timeout=120)
+    text = log.read_text()
+    assert "test_x.py::test_bad (call)" in text and "the reason" in text and "test_ok" not in text

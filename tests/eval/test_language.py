@@ -145,6 +145,7 @@ HONEST_FORMS = {
     "autotune_and_grid_lambda": HONEST_RELU.replace(
         "@triton.jit", "@triton.autotune(configs=[triton.Config({'BLOCK': 1024}, num_warps=4)], key=['n'])\n"
         "@triton.heuristics({'EVEN': lambda args: args['n'] % 1024 == 0})\n@triton.jit").replace(
+        "BLOCK: tl.constexpr):", "BLOCK: tl.constexpr, EVEN: tl.constexpr):").replace(
         ", BLOCK=4096)", ")").replace("(triton.cdiv(n, 4096),)", "lambda meta: (triton.cdiv(n, meta['BLOCK']),)"),
     "helpers_shapes_and_views": variant(
         header="import math\nfrom triton import cdiv\nSCALE = math.sqrt(2.0 / math.pi)\n",

@@ -91,8 +91,16 @@ class Host(Expressions):
         for fn in self.kernels.values():
             for d in fn.decorator_list:
                 if isinstance(d, ast.Call) and self._qual(d.func) == "triton.heuristics":
+                    constexprs = {a.arg for a in [*fn.args.args, *fn.args.kwonlyargs]
+                                  if (isinstance(a.annotation, ast.Attribute) and a.annotation.attr == "constexpr")
+                                  or (isinstance(a.annotation, ast.Name) and a.annotation.id == "constexpr")}
                     for arg in d.args:
-                        for v in arg.values if isinstance(arg, ast.Dict) else []:
+                        for k, v in zip(arg.keys, arg.values, strict=True) if isinstance(arg, ast.Dict) else []:
+                            # a heuristics value is a meta-parameter: it may only fill a tl.constexpr parameter,
+                            # never a pointer (red team round 3: tensor arithmetic fed into a pointer argument)
+                            if not (isinstance(k, ast.Constant) and k.value in constexprs):
+                                out.append(Refusal(k or v, "lambdas", f"the heuristics key {_src(k) if k else '**'} "
+                                                   f"(it must name a tl.constexpr parameter of {fn.name})"))
                             if isinstance(v, ast.Lambda):
                                 allowed.add(id(v))
                                 out += self._heuristic(v)
